@@ -1,0 +1,68 @@
+"""Pad encoded prompts (and optional responses) into model-ready tensors.
+
+Shapes: B prompts, N tokens after padding. Positions are passed explicitly and the mask
+hides padding, so either padding side gives the same result: inference pads on the left
+(every row's next token lands at the same index), training on the right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .encoding import NOT_IN_SET, EncodedPrompt
+from .masks import TokenLayout
+from .variants import PositionKind
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, N]
+    position_ids: torch.Tensor  # [B, N]
+    layout: TokenLayout  # [B, N]
+    next_positions: torch.Tensor  # [B] position of the first token after what is encoded
+
+
+def collate(
+    prompts: Sequence[EncodedPrompt],
+    positions: PositionKind,
+    pad_id: int,
+    responses: Sequence[Sequence[int]] | None = None,
+    padding_side: Literal["left", "right"] = "left",
+) -> Batch:
+    """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally."""
+    responses = responses if responses is not None else [[] for _ in prompts]
+    rows = [_row(p, r, positions) for p, r in zip(prompts, responses)]
+    n = max(len(r[0]) for r in rows)
+    fields = [[], [], [], [], [], []]
+    for ids, pos, valid, is_prompt, sets, elems in rows:
+        pad = n - len(ids)
+        for out, values, fill in zip(fields, (ids, pos, valid, is_prompt, sets, elems), (pad_id, 0, False, False, NOT_IN_SET, NOT_IN_SET)):
+            out.append([fill] * pad + values if padding_side == "left" else values + [fill] * pad)
+    ids, pos, valid, is_prompt, sets, elems = (torch.tensor(f) for f in fields)
+    next_pos = torch.tensor([p.positions(positions)[1] + (len(r) if positions != "nope" else 0) for p, r in zip(prompts, responses)])
+    return Batch(ids, pos, TokenLayout(valid, is_prompt, sets, elems), next_pos)
+
+
+def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
+    pos, start = prompt.positions(scheme)
+    # The response continues after the prompt; under NoPE every position is 0.
+    resp_pos = [0] * len(response) if scheme == "nope" else list(range(start, start + len(response)))
+    n_p, n_r = len(prompt), len(response)
+    return (
+        prompt.input_ids + list(response),
+        pos + resp_pos,
+        [True] * (n_p + n_r),
+        [True] * n_p + [False] * n_r,
+        prompt.set_ids + [NOT_IN_SET] * n_r,
+        prompt.element_ids + [NOT_IN_SET] * n_r,
+    )
+
+
+def continuation_layout(valid: torch.Tensor) -> TokenLayout:
+    """Layout of response tokens appended after a prompt: causal, outside any set."""
+    none = torch.full(valid.shape, NOT_IN_SET, dtype=torch.long)
+    return TokenLayout(valid, torch.zeros_like(valid), none, none.clone())

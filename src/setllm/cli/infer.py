@@ -1,0 +1,120 @@
+"""``setllm choose``, ``setllm generate`` and ``setllm demo``."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from .common import add_model_arguments, load_setllm
+
+DEMO_QUESTION = "Which city is the capital of France?"
+DEMO_OPTIONS = ["Budapest", "Paris", "Zurich", "Rome"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("choose", help="answer a multiple-choice question, options as a set",
+                       description="Score each option as the answer to QUESTION, with the options in the prompt as a set.")
+    p.add_argument("question", help="the question text")
+    p.add_argument("--options", nargs="+", required=True, metavar="OPT", help="the candidate answers (at least two)")
+    p.add_argument("--context", help="optional context shown before the question")
+    p.add_argument("--normalize", action="store_true", help="pick by mean per-token log-likelihood instead of the sum")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(p)
+    p.set_defaults(func=cmd_choose)
+
+    p = sub.add_parser("generate", help="generate a response to a set prompt",
+                       description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt-file", metavar="FILE", help='a JSON prompt {"prompt": ["text", {"set": ["a", "b"]}, ...]}, or a text file in markup')
+    src.add_argument("--prompt", metavar="MARKUP", help=r"inline markup, e.g. 'Pick one:\n{{Paris\n||Rome\n}}Answer:'")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="most tokens to generate (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("demo", help="show the base model's order sensitivity next to Set-LLM's invariance",
+                       description="Answer one question under every ordering of its options, with the base model (causal-pe) and Set-LLM.")
+    p.add_argument("--question", default=DEMO_QUESTION, help="question to ask")
+    p.add_argument("--options", nargs="+", default=DEMO_OPTIONS, metavar="OPT", help="its options (all orderings are tried)")
+    add_model_arguments(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_choose(args: argparse.Namespace) -> int:
+    lm = load_setllm(args)
+    choice = lm.choose(args.question, args.options, context=args.context, normalize=args.normalize)
+    if args.json:
+        print(json.dumps({
+            "answer": choice.answer, "index": choice.index, "variant": lm.variant.name,
+            "scores": {s.text: s.logprob for s in choice.scores},
+            "mean_scores": {s.text: s.mean_logprob for s in choice.scores},
+        }))
+    else:
+        for s in choice.scores:
+            mark = "*" if s.text == choice.answer else " "
+            print(f"{mark} {s.logprob:10.4f}  {s.text}")
+        print(f"answer: {choice.answer}")
+    return 0
+
+
+def read_prompt(args: argparse.Namespace):
+    from ..markup import parse_markup
+    from ..prompt import from_json
+
+    if args.prompt is not None:
+        return parse_markup(args.prompt)
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {path} not found")
+    text = path.read_text(encoding="utf-8")
+    return from_json(text) if path.suffix == ".json" else parse_markup(text.rstrip("\n"))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..generation import GenerationConfig
+
+    prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
+    config = GenerationConfig(args.max_new_tokens, args.temperature, args.top_p, args.seed, tuple(args.stop))
+    lm = load_setllm(args)
+    text = lm.generate([prompt], config)[0]
+    print(json.dumps({"text": text, "variant": lm.variant.name}) if args.json else text)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ..variants import get_variant
+
+    lm = load_setllm(args, progress=False)
+    orders = list(itertools.permutations(args.options))
+    set_variant = lm.variant if lm.variant.invariant else get_variant("setmask-setpe")
+    print(f"Q: {args.question}\n{len(orders)} orderings of {len(args.options)} options\n", file=sys.stderr)
+    base = _answers(lm, get_variant("causal-pe"), args.question, orders, base_model=True)
+    setllm = _answers(lm, set_variant, args.question, orders, base_model=False)
+    width = max(len(", ".join(o)) for o in orders)
+    print(f"{'ordering':<{width}}  {'base (causal-pe)':<18}  Set-LLM ({set_variant.name})")
+    for o, a, b in zip(orders, base, setllm):
+        print(f"{', '.join(o):<{width}}  {a:<18}  {b}")
+    print()
+    for name, answers in (("base model", base), ("Set-LLM", setllm)):
+        top = max(set(answers), key=answers.count)
+        print(f"{name}: {len(set(answers))} distinct answers; differs from its most common answer ({top}) in {sum(a != top for a in answers)} of {len(answers)} orderings")
+    return 0
+
+
+def _answers(lm, variant, question, orders, base_model: bool) -> list[str]:
+    """Answers under every ordering; the base model runs with any adapter switched off."""
+    from contextlib import nullcontext
+
+    from tqdm.auto import tqdm
+
+    lm.variant, lm.exact = variant, variant.invariant
+    off = getattr(lm.model, "disable_adapter", None)
+    with off() if (base_model and off) else nullcontext():
+        return [lm.choose(question, list(o)).answer for o in tqdm(orders, desc=variant.name, leave=False, file=sys.stderr)]

@@ -1,0 +1,120 @@
+"""Text generation with a KV cache: prefill -> decode_one_token -> decode_n_tokens -> generate.
+
+``model.generate()`` rejects 4D masks and would continue positions as ``last + 1``, which
+is wrong after a set under SetPE, so decoding is a small loop of our own.
+
+Shapes: B prompts, K tokens so far (prompt + generated), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .batch import Batch, continuation_layout
+from .runtime import forward
+from .scoring import prefill
+from .variants import Variant
+
+
+@dataclass
+class GenerationConfig:
+    """How to decode.
+
+    Attributes:
+        max_new_tokens: upper bound on generated tokens per prompt.
+        temperature: 0 decodes greedily; > 0 samples from ``softmax(logits / temperature)``.
+        top_p: nucleus sampling: keep the smallest set of tokens with this much probability.
+        seed: seed for sampling (same seed, same text).
+        stop: strings that end generation; the stop string is cut from the text.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+    stop: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """Next token ids ``[B]`` from logits ``[B, V]``."""
+    if config.temperature == 0:
+        return logits.argmax(-1)
+    probs = (logits.float() / config.temperature).softmax(-1)
+    if config.top_p < 1:
+        sorted_p, idx = probs.sort(-1, descending=True)
+        # Drop a token once the mass before it already reaches top_p (the first always stays).
+        drop = sorted_p.cumsum(-1) - sorted_p >= config.top_p
+        probs = probs.scatter(-1, idx, sorted_p.masked_fill(drop, 0.0))
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+
+
+@torch.no_grad()
+def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.Tensor, step: int):
+    """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch."""
+    layout = batch.layout.cat(continuation_layout(torch.ones(len(token), 1, dtype=torch.bool)))
+    offset = 0 if variant.positions == "nope" else step
+    positions = (batch.next_positions + offset)[:, None]
+    out = forward(model, variant, token[:, None].cpu(), positions, layout, cache=cache)
+    return out.logits[:, -1], Batch(batch.input_ids, batch.position_ids, layout, batch.next_positions)
+
+
+@torch.no_grad()
+def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: GenerationConfig, stop_ids: set[int], generator=None):
+    """Yield ``[B]`` tokens until every row has hit a stop id or ``max_new_tokens``."""
+    done = torch.zeros(batch.input_ids.shape[0], dtype=torch.bool)
+    for step in range(config.max_new_tokens):
+        token = sample(logits, config, generator).cpu()
+        yield token, done.clone()
+        done |= torch.tensor([t in stop_ids for t in token.tolist()])
+        if done.all() or step == config.max_new_tokens - 1:
+            return
+        logits, batch = decode_one_token(model, variant, cache, batch, token, step)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[str]:
+    """Generate text for every prompt in a left-padded ``batch``."""
+    cache, logprobs = prefill(model, variant, batch)
+    stop_ids = _eos_ids(model, tokenizer)
+    generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
+    tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
+    for token, done in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
+        for row, (t, d) in enumerate(zip(token.tolist(), done.tolist())):
+            if not d:
+                tokens[row].append(t)
+        if on_token is not None:
+            on_token()
+        if config.stop and all(_hit_stop(tokenizer, t, config.stop, stop_ids) for t in tokens):
+            break
+    return [_finish(tokenizer, t, config.stop, stop_ids) for t in tokens]
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = ids if isinstance(ids, (list, tuple)) else [ids]
+    return {i for i in [*ids, tokenizer.eos_token_id] if i is not None}
+
+
+def _hit_stop(tokenizer, tokens: list[int], stop: Sequence[str], stop_ids: set[int]) -> bool:
+    if tokens and tokens[-1] in stop_ids:
+        return True
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    return any(s in text for s in stop)
+
+
+def _finish(tokenizer, tokens: list[int], stop: Sequence[str], stop_ids: set[int]) -> str:
+    tokens = [t for t in tokens if t not in stop_ids]
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    cuts = [text.index(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text

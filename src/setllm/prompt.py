@@ -1,0 +1,166 @@
+"""Set prompts: text segments interleaved with sets of text elements.
+
+A :class:`SetPrompt` is the one internal form. It is built from the Python API
+(``["Question: ...", Set(["Paris", "Budapest"]), "\\nAnswer:"]``), from JSON
+(``{"prompt": ["Question: ...", {"set": ["Paris", "Budapest"]}, "\\nAnswer:"]}``, see
+:func:`from_json`) or from the inline markup (see :mod:`setllm.markup`).
+
+Validation is strict and every error is a :class:`PromptError` whose message names the
+problem and where it is (``prompt[1].set[0]`` for JSON and Python, a character offset for
+markup), so a CLI can print it on one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+
+class PromptError(ValueError):
+    """A set prompt is malformed; the message says what and where."""
+
+
+@dataclass(frozen=True, init=False)
+class Set:
+    """An unordered collection of text elements inside a prompt.
+
+    Elements keep the order they were given in (the order-sensitive variants read them in
+    that order); duplicates are allowed, they are a multiset.
+    """
+
+    elements: tuple[str, ...]
+
+    def __init__(self, elements: Iterable[str]):
+        if isinstance(elements, str):
+            raise PromptError("Set(...) takes a list of strings, not one string")
+        object.__setattr__(self, "elements", tuple(elements))
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.elements)
+
+
+Segment = Union[str, Set]
+
+
+@dataclass(frozen=True)
+class SetPrompt:
+    """A validated prompt: a tuple of text segments (``str``) and :class:`Set` s.
+
+    One-element sets are stored as plain text (they are plain text, by definition);
+    empty text segments are dropped.
+    """
+
+    segments: tuple[Segment, ...]
+
+    @property
+    def sets(self) -> list[Set]:
+        return [s for s in self.segments if isinstance(s, Set)]
+
+    def text(self) -> str:
+        """The prompt read in the given order, elements concatenated."""
+        return "".join(s if isinstance(s, str) else "".join(s.elements) for s in self.segments)
+
+    def canonical(self) -> SetPrompt:
+        """The same prompt with every set's elements sorted.
+
+        Invariant variants give the same output for any element order mathematically, but
+        floating-point sums depend on the order; sorting first makes outputs bit-identical.
+        """
+        return SetPrompt(tuple(Set(sorted(s.elements)) if isinstance(s, Set) else s for s in self.segments))
+
+    def permuted(self, orders: Sequence[Sequence[int]]) -> SetPrompt:
+        """Reorder the elements of set ``i`` by ``orders[i]`` (a permutation of its indices)."""
+        if len(orders) != len(self.sets):
+            raise ValueError(f"got {len(orders)} orders for {len(self.sets)} sets")
+        it = iter(orders)
+        out: list[Segment] = []
+        for seg in self.segments:
+            if isinstance(seg, Set):
+                order = next(it)
+                if sorted(order) != list(range(len(seg))):
+                    raise ValueError(f"{list(order)} is not a permutation of range({len(seg)})")
+                seg = Set(seg.elements[i] for i in order)
+            out.append(seg)
+        return SetPrompt(tuple(out))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt": [s if isinstance(s, str) else {"set": list(s.elements)} for s in self.segments]}
+
+
+PromptLike = Union[SetPrompt, str, Set, Sequence[Any], dict]
+
+
+def as_prompt(obj: PromptLike) -> SetPrompt:
+    """Validate and convert any accepted prompt form into a :class:`SetPrompt`.
+
+    Accepts a ``SetPrompt``; a string; a sequence of strings, :class:`Set`, Python ``set``/
+    ``frozenset`` (elements then sorted, since a Python set has no stable order) or
+    ``{"set": [...]}``; or a JSON-style ``{"prompt": [...]}`` dict.
+    """
+    if isinstance(obj, SetPrompt):
+        return obj
+    if isinstance(obj, dict):
+        if set(obj) - {"prompt", "response"} or "prompt" not in obj:
+            raise PromptError(f"a prompt object needs a 'prompt' key, got keys {sorted(obj)}")
+        return as_prompt(obj["prompt"]) if not isinstance(obj["prompt"], str) else as_prompt([obj["prompt"]])
+    if isinstance(obj, (str, Set)):
+        obj = [obj]
+    if not isinstance(obj, Sequence):
+        raise PromptError(f"a prompt is a list of text and sets, got {type(obj).__name__}")
+    segments = [_segment(item, f"prompt[{i}]") for i, item in enumerate(obj)]
+    segments = [s for s in segments if s != ""]
+    if not segments:
+        raise PromptError("the prompt is empty")
+    return SetPrompt(tuple(segments))
+
+
+def _segment(item: Any, where: str) -> Segment:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict):
+        if list(item) != ["set"]:
+            raise PromptError(f"{where}: a set is written {{\"set\": [...]}}, got keys {sorted(item)}")
+        item = item["set"]
+        if not isinstance(item, list):
+            raise PromptError(f"{where}.set: expected a list of strings, got {type(item).__name__}")
+    elif isinstance(item, (set, frozenset)):
+        item = sorted(item) if all(isinstance(e, str) for e in item) else list(item)
+    elif isinstance(item, Set):
+        item = list(item.elements)
+    else:
+        raise PromptError(f"{where}: expected text or a set, got {type(item).__name__}")
+    return _set(item, where)
+
+
+def _set(elements: list[Any], where: str) -> Segment:
+    if not elements:
+        raise PromptError(f"{where}: empty set")
+    for j, e in enumerate(elements):
+        if isinstance(e, (dict, list, set, frozenset, Set)):
+            raise PromptError(f"{where}.set[{j}]: nested sets are not supported")
+        if not isinstance(e, str):
+            raise PromptError(f"{where}.set[{j}]: set elements must be strings, got {type(e).__name__}")
+        if e == "":
+            raise PromptError(f"{where}.set[{j}]: empty element")
+    # A one-element set has nothing to be invariant over: it is plain text.
+    return elements[0] if len(elements) == 1 else Set(elements)
+
+
+def from_json(text: str) -> SetPrompt:
+    """Parse a JSON prompt: ``{"prompt": [...]}`` or a bare list.
+
+    >>> from_json('{"prompt": ["Q: ", {"set": ["a", "b"]}, "\\\\nA:"]}').sets[0].elements
+    ('a', 'b')
+    """
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PromptError(f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(obj, (dict, list)):
+        raise PromptError(f"a JSON prompt is an object {{\"prompt\": [...]}} or a list, got {type(obj).__name__}")
+    return as_prompt(obj)

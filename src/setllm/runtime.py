@@ -1,0 +1,94 @@
+"""One forward pass of a Hugging Face causal LM under a variant's mask and positions.
+
+Everything goes through the model's public ``forward``: a prepared 4D mask (or flex
+BlockMask) and explicit ``position_ids``. Transformers uses a 4D mask exactly as given.
+
+Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .masks import TokenLayout, render, variant_mask
+from .variants import Variant
+
+# Architectures tested end to end (tests/test_architectures.py).
+SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
+
+
+class UnsupportedModelError(ValueError):
+    """The model cannot run set prompts (or has not been verified to)."""
+
+
+def check_model(model, allow_untested: bool = False) -> None:
+    """Refuse models whose attention cannot take our masks and positions."""
+    config = model.config
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{model_type} is an encoder-decoder model; setllm needs a decoder-only LLM")
+    if model_type not in SUPPORTED_MODEL_TYPES and not allow_untested:
+        raise UnsupportedModelError(
+            f"model type {model_type!r} has not been verified to honour custom masks and positions "
+            f"(verified: {', '.join(SUPPORTED_MODEL_TYPES)}); pass allow_untested=True / --allow-untested to try it"
+        )
+    impl = getattr(config, "_attn_implementation", "sdpa")
+    if impl not in ("sdpa", "eager", "flex_attention"):
+        raise UnsupportedModelError(f"attention implementation {impl!r} cannot take set masks; load with attn_implementation='sdpa', 'eager' or 'flex_attention'")
+
+
+def sliding_window(config) -> int | None:
+    """The smallest attention window any layer uses, or None if all layers attend fully."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    return int(window)
+
+
+def check_length(config, length: int) -> None:
+    """A window counts token indices, not positions: wherever it cuts, set elements are no
+    longer symmetric. Refuse rather than silently lose invariance."""
+    window = sliding_window(config)
+    if window is not None and length > window:
+        raise ValueError(
+            f"sequence of {length} tokens is longer than the model's sliding attention window ({window}); "
+            "the window would cut set elements unevenly and break order invariance"
+        )
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if limit is not None and length > limit:
+        raise ValueError(f"sequence of {length} tokens is longer than the model's context ({limit} tokens)")
+
+
+def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
+    """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache)."""
+    batch, kv_len = layout.shape
+    fn = variant_mask(variant.mask, layout.to(model.device))
+    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    return render(fn, impl, batch, q_len, kv_len, q_offset=kv_len - q_len, device=model.device, dtype=model.dtype)
+
+
+def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
+    """Run the model on ``input_ids [B, Q]`` given ``layout [B, K]`` (K = cache + Q)."""
+    check_length(model.config, layout.shape[1])
+    mask = attention_mask(model, variant, layout, input_ids.shape[1])
+    device = model.device
+    return model(
+        input_ids=input_ids.to(device),
+        position_ids=position_ids.to(device),
+        attention_mask=mask,
+        past_key_values=cache,
+        use_cache=cache is not None,
+        logits_to_keep=logits_to_keep,
+    )
+
+
+def new_cache():
+    # No config: a config-built cache keeps only window-1 tokens for sliding-window models.
+    from transformers import DynamicCache
+
+    return DynamicCache()

@@ -1,0 +1,53 @@
+"""The paper's ablations as named variants: an attention mask kind plus a position scheme."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MaskKind = Literal["causal", "prefix", "setmask"]
+PositionKind = Literal["pe", "nope", "setpe"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of reading a set prompt.
+
+    Attributes:
+        name: the name used everywhere (CLI, configs, adapter metadata).
+        mask: ``causal`` (the base model), ``prefix`` (bidirectional prompt) or ``setmask``
+            (prefix, but elements of one set do not see each other).
+        positions: ``pe`` (consecutive), ``nope`` (all zero) or ``setpe`` (every element of a
+            set starts at the same position).
+        invariant: the output provably does not depend on the order of set elements.
+    """
+
+    name: str
+    mask: MaskKind
+    positions: PositionKind
+    invariant: bool
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in [
+        Variant("causal-pe", "causal", "pe", invariant=False),
+        Variant("causal-nope", "causal", "nope", invariant=False),
+        # A bidirectional prompt with no positions is a bag of tokens: invariant.
+        Variant("prefix-nope", "prefix", "nope", invariant=True),
+        Variant("prefix-pe", "prefix", "pe", invariant=False),
+        Variant("prefix-setpe", "prefix", "setpe", invariant=True),
+        Variant("setmask-setpe", "setmask", "setpe", invariant=True),
+    ]
+}
+DEFAULT_VARIANT = "setmask-setpe"
+
+
+def get_variant(name: str | Variant) -> Variant:
+    """Look a variant up by name, with an error listing the valid names."""
+    if isinstance(name, Variant):
+        return name
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise ValueError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None

@@ -1,0 +1,100 @@
+"""Tiny deterministic models and tokenizers for tests: built from configs, no downloads.
+
+``tiny_tokenizer()`` is a byte-level BPE trained on a fixed corpus; ``tiny_sp_tokenizer()``
+a SentencePiece-style (Metaspace, prefix space) one. ``tiny_model(arch)`` is a 2-layer
+random model of each supported architecture, seeded.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+ARCHS = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
+
+_CORPUS = [
+    "Question: Which city is the capital of France?\n\nChoices:\nBudapest\nParis\nZurich\nAnswer: Paris",
+    "Question: What do plants need to make food?\n\nChoices:\nsunlight\nsoil\nrocks\nAnswer: sunlight",
+    "Context: Remy went to the store.\nQuestion: Why did Remy do this?\nAnswer: to buy milk",
+    "The quick brown fox jumps over the lazy dog. Water boils at 100 degrees.",
+    "apple banana cherry date elderberry fig grape. One two three four five six seven.",
+]
+SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(kind: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        alphabet = sorted(set("".join(_CORPUS)) | {"▁"})
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator(_CORPUS * 4, trainer)
+    return tok
+
+
+def tiny_tokenizer(kind: str = "bpe", bos: bool = False):
+    """A fresh fast tokenizer; ``bos=True`` makes it prepend ``<s>`` like Llama's."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = copy.deepcopy(_backend(kind))
+    if bos:
+        backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_config(arch: str, vocab_size: int = 400, **overrides):
+    from transformers import AutoConfig
+
+    common = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, pad_token_id=3, bos_token_id=1, eos_token_id=2)
+    if arch == "gpt2":
+        common = dict(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2, pad_token_id=3)
+    elif arch in ("gemma", "gemma2", "gemma3_text", "qwen3"):
+        common["head_dim"] = 8
+    if arch in ("gemma2", "gemma3_text"):
+        common["sliding_window"] = 128
+    common.update(overrides)
+    return AutoConfig.for_model(arch, **common)
+
+
+def tiny_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0, **overrides):
+    """A seeded 2-layer random model of ``arch`` with attention implementation ``attn``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = tiny_config(arch, **overrides)
+    if arch == "gemma2" and attn == "sdpa":
+        attn = "eager"  # gemma2 refuses sdpa (logit soft-capping)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=torch.float32)
+    with torch.no_grad():  # random init of some archs leaves norms at exactly 0/1: perturb so layers differ
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    return model.eval()
+
+
+def same_weights(model, attn: str):
+    """The same model under another attention implementation (a deep copy of the config)."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    other = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=torch.float32)
+    other.load_state_dict(model.state_dict())
+    return other.eval()
