@@ -30,17 +30,25 @@ CHAT_TEMPLATE = (
 
 @functools.lru_cache(maxsize=None)
 def _backend(kind: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         alphabet = pre_tokenizers.ByteLevel.alphabet()
-    else:
+    elif kind == "sp":  # Metaspace pre-tokenizer, like Mistral / Llama-2 converted with legacy=False
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        newline = pre_tokenizers.Split("\n", behavior="isolated")  # SentencePiece pieces never span a newline
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"), newline])
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        alphabet = sorted(set("".join(_CORPUS)) | {"▁"})
+    else:  # "sp_legacy": a Prepend("▁") normalizer, like the legacy Llama-2 tokenizer.json
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        words = pre_tokenizers.Split("▁", behavior="merged_with_next")  # pieces never span words
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", behavior="isolated"), words])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
         alphabet = sorted(set("".join(_CORPUS)) | {"▁"})
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, initial_alphabet=alphabet, show_progress=False)
     tok.train_from_iterator(_CORPUS * 4, trainer)

@@ -121,7 +121,7 @@ class PromptEncoder:
             segments = [before, *segments, after]
             if before.startswith(self.tokenizer.bos_token or "\0"):
                 bos = []  # the template writes BOS itself
-        ids, set_ids, elem_ids = bos, [NOT_IN_SET] * len(bos), [NOT_IN_SET] * len(bos)
+        ids, set_ids, elem_ids = list(bos), [NOT_IN_SET] * len(bos), [NOT_IN_SET] * len(bos)
         set_index = 0
         for seg in segments:
             first = len(ids) == len(bos)

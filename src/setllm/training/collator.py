@@ -1,0 +1,123 @@
+"""Examples -> token features -> padded training batches, through the inference encoder.
+
+One code path with inference: prompts are encoded by :meth:`setllm.SetLLM.encode` (the
+same tokenizer calls, canonical element order for invariant variants, BOS, chat frame) and
+responses by :meth:`setllm.SetLLM.response_ids`; batches are built by
+:func:`setllm.batch.collate` and the mask is rendered by :mod:`setllm.runtime` in the loss.
+
+Shapes: B examples, N tokens after padding, R response tokens (max over the batch).
+
+Batches are padded on the LEFT: positions are explicit and padding is masked, so the side
+does not change the model's output, but left padding puts every response at the end of its
+row. The loss then needs logits for the last R + 1 columns only (``logits_to_keep``), not
+for the whole prompt: the LM head (49k x 576 for SmolLM2) is a large share of the compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..batch import collate
+from ..encoding import EncodedPrompt
+from ..masks import TokenLayout
+from ..prompt import PromptError
+from .data import Example
+
+IGNORE = -100
+
+
+@dataclass
+class LengthReport:
+    """How the over-long policy treated the examples."""
+
+    kept: int = 0
+    truncated: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def line(self, max_length: int) -> str:
+        return (f"{self.kept} examples kept, {self.truncated} with the response truncated to fit {max_length} tokens, "
+                f"{len(self.skipped)} skipped as too long" + (f" (first: {self.skipped[0]})" if self.skipped else ""))
+
+
+def response_ids(lm, example: Example) -> list[int]:
+    """Response tokens + EOS, tokenized as ``SetLLM.response_ids`` scores options (a space
+    after ``Answer:``); a user response that starts with whitespace is kept as written."""
+    text = example.response
+    ids = lm.encoder.tokenize(text) if text[:1].isspace() else lm.response_ids(example.prompt, text)
+    eos = lm.tokenizer.eos_token_id
+    return ids + ([eos] if eos is not None else [])
+
+
+def featurize(lm, examples: Sequence[Example], max_length: int, overlong: str = "truncate",
+              min_response_tokens: int = 8) -> tuple[list[dict], LengthReport]:
+    """Token features for each example, applying the over-long policy.
+
+    Policy: an example longer than ``max_length`` is dropped under ``skip``; under
+    ``truncate`` its response is cut (it then has no EOS: it did not end there) unless that
+    leaves fewer than ``min_response_tokens`` of it, in which case it is dropped too. The
+    prompt is never cut: a cut set or question would teach the model a different task.
+    """
+    report = LengthReport()
+    out = []
+    for ex in examples:
+        try:
+            enc = lm.encode(ex.prompt)
+        except PromptError as e:  # longer than the model's context
+            report.skipped.append(f"{ex.where}: {e}")
+            continue
+        resp = response_ids(lm, ex)
+        room = max_length - len(enc)
+        if len(resp) > room:
+            if overlong == "skip" or room < min(min_response_tokens, len(resp)):
+                report.skipped.append(f"{ex.where}: {len(enc)} prompt + {len(resp)} response tokens > {max_length}")
+                continue
+            resp = resp[:room]
+            report.truncated += 1
+        out.append(feature(enc, resp))
+        report.kept += 1
+    return out, report
+
+
+def feature(enc: EncodedPrompt, resp: Sequence[int]) -> dict:
+    """One example as plain lists; ``input_ids`` holds prompt + response so that the
+    Trainer's length-grouped sampler sees the full length."""
+    return {"input_ids": enc.input_ids + list(resp), "prompt_len": len(enc), "set_ids": enc.set_ids, "element_ids": enc.element_ids}
+
+
+def split_feature(f: dict) -> tuple[EncodedPrompt, list[int]]:
+    n = f["prompt_len"]
+    return EncodedPrompt(f["input_ids"][:n], f["set_ids"], f["element_ids"]), f["input_ids"][n:]
+
+
+@dataclass
+class SetCollator:
+    """Trainer collator: features -> tensors (the Trainer moves only tensors between devices).
+
+    The :class:`~setllm.masks.TokenLayout` travels as its four tensors and is rebuilt in the
+    loss; ``labels`` are the response tokens (-100 on prompt and padding).
+    """
+
+    positions: str
+    pad_id: int
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        prompts, responses = zip(*(split_feature(f) for f in features))
+        batch = collate(prompts, self.positions, self.pad_id, responses=responses, padding_side="left")
+        lay = batch.layout
+        is_response = lay.valid & ~lay.is_prompt
+        return {
+            "input_ids": batch.input_ids,  # [B, N]
+            "position_ids": batch.position_ids,  # [B, N]
+            "valid": lay.valid,
+            "is_prompt": lay.is_prompt,
+            "set_ids": lay.set_ids,
+            "element_ids": lay.element_ids,
+            "labels": batch.input_ids.masked_fill(~is_response, IGNORE),  # [B, N]
+        }
+
+
+def layout_of(inputs: dict[str, torch.Tensor]) -> TokenLayout:
+    return TokenLayout(inputs["valid"], inputs["is_prompt"], inputs["set_ids"], inputs["element_ids"])

@@ -1,0 +1,174 @@
+"""Training data: data specs -> (set prompt, response) examples.
+
+A spec is a benchmark name (its train split, rendered with the paper's modified template:
+``Question / Choices as a set / Answer``, SIQA with its context and no numbering), the word
+``ultrafeedback`` (instruction -> chosen response), or a path to a JSONL file of
+``{"prompt": <set prompt>, "response": str}``.
+
+UltraFeedback prompts are ``Question: <instruction>\\nAnswer:``: the same cue the benchmark
+template ends with, so pre-finetuning teaches the model one prompt/answer format, and the
+prompt is still read bidirectionally (the Set-LLM mask) even though it holds no set.
+
+Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or, with
+``skip_bad``, are counted and reported; never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..data import BENCHMARKS, DataError, parse_record, subset
+from ..prompt import PromptError, SetPrompt, as_prompt
+from ..templates import mc_prompt
+
+ULTRAFEEDBACK = "ultrafeedback"
+# Where the hub is reachable: the binarized UltraFeedback the paper's Ultra models start from.
+ULTRAFEEDBACK_HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example; ``response`` is the raw answer text (no EOS, no leading space)."""
+
+    prompt: SetPrompt
+    response: str
+    where: str
+
+
+@dataclass
+class LoadReport:
+    """What loading kept and skipped, per spec."""
+
+    kept: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = []
+        for spec, n in self.kept.items():
+            bad = self.skipped.get(spec, [])
+            out.append(f"{spec}: {n} examples" + (f", {len(bad)} bad records skipped (first: {bad[0]})" if bad else ""))
+        return out
+
+
+def mc_example(obj: object, where: str) -> Example:
+    """A benchmark record as the paper's modified template; response = the correct option."""
+    rec = parse_record(obj, where)
+    return Example(mc_prompt(rec.question, rec.choices, rec.context), rec.choices[rec.label], where)
+
+
+def ultrafeedback_example(obj: object, where: str) -> Example:
+    """An UltraFeedback row (``instruction``/``response``, or the hub's ``prompt``/``chosen``)."""
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    instruction = obj.get("instruction", obj.get("prompt"))
+    response = obj.get("response", obj.get("chosen"))
+    if isinstance(response, list):  # the hub's chat form: [user, assistant]
+        response = response[-1].get("content") if response and isinstance(response[-1], dict) else None
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise DataError(f"{where}: missing or empty 'instruction'")
+    if not isinstance(response, str) or not response.strip():
+        raise DataError(f"{where}: missing or empty 'response' (the chosen answer)")
+    # Strip: trailing spaces/newlines would tokenize differently on their own (see templates).
+    return Example(as_prompt([f"Question: {instruction.strip()}\nAnswer:"]), response.strip(), where)
+
+
+def prompt_response_example(obj: object, where: str) -> Example:
+    """A user record ``{"prompt": <set prompt>, "response": str}``."""
+    if not isinstance(obj, dict) or set(obj) - {"prompt", "response", "id"} or not {"prompt", "response"} <= set(obj):
+        keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise DataError(f"{where}: expected {{\"prompt\": ..., \"response\": str}}, got {keys}")
+    if not isinstance(obj["response"], str) or not obj["response"].strip():
+        raise DataError(f"{where}: 'response' must be a non-empty string")
+    try:
+        prompt = as_prompt(obj["prompt"] if not isinstance(obj["prompt"], str) else [obj["prompt"]])
+    except PromptError as e:
+        raise DataError(f"{where}: {e}") from None
+    return Example(prompt, obj["response"], where)
+
+
+def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad: bool, skipped: list[str]) -> list[Example]:
+    """Parse every line of a JSONL file; bad lines raise, or are appended to ``skipped``."""
+    out = []
+    for where, obj in _lines(path):
+        try:
+            if isinstance(obj, DataError):
+                raise obj
+            out.append(parse(obj, where))
+        except DataError as e:
+            if not skip_bad:
+                raise
+            skipped.append(str(e))
+    return out
+
+
+def _lines(path: Path) -> Iterator[tuple[str, object]]:
+    """``(file:line, object)``; a malformed line yields its DataError so the caller decides."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, DataError(f"{where}: malformed JSON ({e.msg})")
+
+
+def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable[[object, str], Example]]:
+    """The file a spec reads (None = the hub) and the parser of its records."""
+    if spec in BENCHMARKS:
+        return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), mc_example
+    if spec == ULTRAFEEDBACK:
+        return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), ultrafeedback_example
+    if spec.endswith(".jsonl") or Path(spec).is_file():
+        return Path(spec), prompt_response_example
+    raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(BENCHMARKS)}), {ULTRAFEEDBACK}, or a path to a .jsonl file")
+
+
+def load_examples(specs: list[str], data_dir: str | None = None, limit: int | None = None, sample_seed: int | None = None,
+                  skip_bad: bool = False) -> tuple[list[Example], LoadReport]:
+    """All examples of ``specs`` in spec order (the trainer shuffles), ``limit`` per spec."""
+    report = LoadReport()
+    examples: list[Example] = []
+    for spec in specs:
+        path, parse = resolve_spec(spec, data_dir)
+        skipped: list[str] = []
+        rows = read_examples(path, parse, skip_bad, skipped) if path else _from_hub(spec, parse, skip_bad, skipped)
+        rows = subset(rows, limit, sample_seed)
+        if not rows:
+            raise DataError(f"data spec {spec!r} gave no usable examples" + (f" ({len(skipped)} bad records skipped)" if skipped else ""))
+        report.kept[spec], report.skipped[spec] = len(rows), skipped
+        examples += rows
+    return examples, report
+
+
+def _from_hub(spec: str, parse, skip_bad: bool, skipped: list[str]) -> list[Example]:
+    """Where the hub is reachable: the same records through ``datasets``."""
+    if spec in BENCHMARKS:
+        from ..data import load_benchmark
+
+        records = load_benchmark(spec, "train")
+        rows = [{"question": r.question, "choices": list(r.choices), "label": r.label, "context": r.context} for r in records]
+    else:
+        try:
+            import datasets
+
+            rows = list(datasets.load_dataset(ULTRAFEEDBACK_HUB[0], split=ULTRAFEEDBACK_HUB[1]))
+        except ImportError:
+            raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
+        except Exception as e:  # network, missing split, ...: one clear line for the user
+            raise DataError(f"could not load {ULTRAFEEDBACK_HUB[0]} from the hub ({type(e).__name__}); pass --data-dir") from None
+    out = []
+    for i, obj in enumerate(rows):
+        try:
+            out.append(parse(obj, f"{spec}[{i}]"))
+        except DataError as e:
+            if not skip_bad:
+                raise
+            skipped.append(str(e))
+    return out

@@ -1,0 +1,178 @@
+"""``train(config)``: data -> features -> Trainer -> adapter directory with ``setllm.json``.
+
+Multi-GPU: nothing here is distributed by hand. ``accelerate launch -m setllm.cli train ...``
+(DDP, FSDP or DeepSpeed per ``accelerate config``) runs the same code on every process;
+the Trainer shards the data and syncs gradients.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..loading import DEFAULT_MODEL, METADATA_FILE, AdapterInfo, load_model
+from ..runtime import check_length
+from .collator import SetCollator, featurize
+from .config import TrainConfig
+from .data import load_examples
+from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, SetLLMTrainer
+
+TEMPLATE = "modified"  # the paper's template: options in the prompt as a set
+
+
+@dataclass
+class TrainResult:
+    out: str
+    examples: int
+    steps: int
+    final_loss: float | None
+    runtime_s: float
+    tokens: int
+
+
+def build_model(cfg: TrainConfig):
+    """The base model with a fresh LoRA adapter, ``cfg.init_adapter`` continued, or all
+    weights trainable (``full_finetune``)."""
+    model, tokenizer = load_model(cfg.model, attn_implementation=cfg.attn, dtype=torch.float32)
+    model.train()
+    if cfg.full_finetune:
+        return model, tokenizer
+    try:
+        from peft import LoraConfig, PeftModel, get_peft_model
+    except ImportError:
+        raise ValueError("LoRA training needs peft: pip install 'setllm[train]' (or pass --full-finetune)") from None
+    if cfg.init_adapter:
+        _check_init_variant(cfg)
+        return PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), tokenizer
+    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora), tokenizer
+
+
+def _check_init_variant(cfg: TrainConfig) -> None:
+    was = AdapterInfo.read(cfg.init_adapter).variant
+    if was and was != cfg.variant:
+        warnings.warn(f"--init-adapter was trained as {was}, continuing it as {cfg.variant}", stacklevel=3)
+
+
+def checkpoint_to_resume(cfg: TrainConfig) -> str | None:
+    """The newest checkpoint under ``--resume``; refuse to mix a fresh run into old ones."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = Path(cfg.out)
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if cfg.resume and last is None:
+        raise ValueError(f"--resume: no checkpoint-* directory in {out} to resume from")
+    if not cfg.resume and last is not None and not cfg.overwrite:
+        raise ValueError(f"{out} already holds checkpoints ({Path(last).name}); pass --resume to continue, or --overwrite to start over")
+    return last if cfg.resume else None
+
+
+def training_arguments(cfg: TrainConfig):
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=cfg.out,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps or -1,
+        lr_scheduler_type="linear",
+        warmup_steps=cfg.warmup,
+        optim="adamw_torch",
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        report_to="none",
+        disable_tqdm=not cfg.progress,
+        remove_unused_columns=False,  # the collator's layout tensors are not model arguments
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        bf16=cfg.dtype == "bf16",
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+    )
+
+
+def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer=None) -> TrainResult:
+    """Run one training stage; ``model``/``tokenizer`` override loading (tests, notebooks)."""
+    resume_from = checkpoint_to_resume(cfg)
+    examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
+    if model is None:
+        model, tokenizer = build_model(cfg)
+    check_length(model.config, cfg.max_length)
+    from ..api import SetLLM
+
+    # The inference object itself encodes the training prompts: one code path.
+    lm = SetLLM(model, tokenizer, cfg.variant, chat=cfg.chat, allow_untested=cfg.allow_untested)
+    features, length_report = featurize(lm, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
+    if not features:
+        raise ValueError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
+    for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
+        print(f"setllm train: {line}", file=sys.stderr)
+    trainer = make_trainer(cfg, lm, features, callbacks)
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    save(cfg, trainer, tokenizer, len(features), output)
+    return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer), output.metrics.get("train_runtime", 0.0), trainer.tokens_seen)
+
+
+def make_trainer(cfg: TrainConfig, lm, features: list[dict], callbacks: list | None = None) -> SetLLMTrainer:
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    trainer = SetLLMTrainer(
+        model=lm.model, args=training_arguments(cfg), train_dataset=features,
+        data_collator=SetCollator(lm.variant.positions, lm.pad_id), variant=lm.variant,
+        callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
+    )
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    if cfg.progress:
+        trainer.add_callback(BarCallback())
+    return trainer
+
+
+def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, output) -> None:
+    """The adapter (safetensors) or full model, plus ``setllm.json`` for ``--adapter DIR``."""
+    out = Path(cfg.out)
+    trainer.save_model(str(out))  # handles FSDP/DeepSpeed gathering
+    if not trainer.is_world_process_zero():
+        return
+    (out / "training_args.bin").unlink(missing_ok=True)  # a pickle; loaders here refuse pickles
+    if cfg.full_finetune:
+        tokenizer.save_pretrained(out)
+    else:
+        _set_adapter_base(out, cfg.model or DEFAULT_MODEL)
+    summary = {
+        "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer),
+        "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("resume", "overwrite", "progress")},
+    }
+    AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat).write(out, training=summary)
+
+
+def _set_adapter_base(out: Path, base: str) -> None:
+    """Record the model the user named, not a local cache path, as the adapter's base."""
+    import json
+
+    path = out / "adapter_config.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        data["base_model_name_or_path"] = base
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _final_loss(trainer) -> float | None:
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return losses[-1] if losses else None
+
+
+__all__ = ["METADATA_FILE", "TrainResult", "build_model", "train"]

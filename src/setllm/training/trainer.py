@@ -1,0 +1,124 @@
+"""Instruction tuning of a Set-LLM variant on the Hugging Face Trainer.
+
+The Trainer supplies checkpoints, ``--resume`` (optimizer, scheduler, RNG and data order),
+gradient accumulation and multi-device runs through ``accelerate launch``; this module
+only adds the Set-LLM forward (the variant's mask and positions, via
+:func:`setllm.runtime.forward`, the function inference uses) and a response-only loss.
+
+Shapes: B batch, N tokens, R response columns kept, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+
+from ..runtime import forward
+from ..variants import Variant
+from .collator import IGNORE, layout_of
+
+LOG_FILE = "train_log.jsonl"
+
+
+class _Forwarder:
+    """What :func:`setllm.runtime.forward` needs from a model, for a DDP/FSDP-wrapped one:
+    config, device and dtype from the inner model, the call through the wrapper (which
+    syncs gradients)."""
+
+    def __init__(self, wrapped, inner):
+        self._wrapped, self.config, self.device, self.dtype = wrapped, inner.config, inner.device, inner.dtype
+
+    def __call__(self, **kwargs):
+        return self._wrapped(**kwargs)
+
+
+def response_columns(labels: torch.Tensor) -> int:
+    """R: the most response tokens in any row (left padding puts them all at the end)."""
+    return int((labels != IGNORE).sum(dim=1).max())
+
+
+def response_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | int | None = None) -> torch.Tensor:
+    """Cross-entropy on response tokens only.
+
+    ``logits [B, R+1, V]`` are the last R+1 columns; column j predicts token j+1, so the
+    first R predict the last R label columns. Prompt and padding labels are -100. Divided
+    by ``num_items`` (response tokens in the whole accumulated batch) when given, so that
+    gradient accumulation weighs every token equally.
+    """
+    r = logits.shape[1] - 1
+    targets = labels[:, -r:]  # [B, R]
+    total = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+    return total / (num_items if num_items is not None else (targets != IGNORE).sum().clamp(min=1))
+
+
+def set_llm_loss(model, variant: Variant, inputs: dict, num_items=None, logits_only_for_response: bool = True):
+    """Forward a collated batch under ``variant`` and return (loss, outputs)."""
+    labels = inputs["labels"]
+    keep = response_columns(labels) + 1 if logits_only_for_response else 0
+    out = forward(model, variant, inputs["input_ids"], inputs["position_ids"], layout_of(inputs), logits_to_keep=keep)
+    logits = out.logits if keep else out.logits[:, -(response_columns(labels) + 1):]
+    return response_loss(logits, labels.to(logits.device), num_items), out
+
+
+class SetLLMTrainer(Trainer):
+    """A Trainer whose loss runs the model under a Set-LLM variant."""
+
+    def __init__(self, *args, variant: Variant, logits_only_for_response: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.variant = variant
+        self.logits_only_for_response = logits_only_for_response
+        # Our loss divides by the token count of the accumulated batch: tell the Trainer not
+        # to divide again by the accumulation steps.
+        self.model_accepts_loss_kwargs = True
+        self.tokens_seen = 0
+        self._tokens_at_log, self._time_at_log = 0, time.perf_counter()
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inner = self.accelerator.unwrap_model(model)
+        target = model if inner is model else _Forwarder(model, inner)
+        loss, out = set_llm_loss(target, self.variant, inputs, num_items_in_batch, self.logits_only_for_response)
+        if model.training:
+            self.tokens_seen += int(inputs["valid"].sum())
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes  # DDP averages gradients; the count is global
+        return (loss, out) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add tokens/s (real tokens, padding excluded, this process) since the last log."""
+        now = time.perf_counter()
+        if "loss" in logs:
+            logs["tokens"] = self.tokens_seen
+            logs["tokens_per_s"] = round((self.tokens_seen - self._tokens_at_log) / max(now - self._time_at_log, 1e-9), 1)
+            self._tokens_at_log, self._time_at_log = self.tokens_seen, now
+        super().log(logs, start_time)
+
+
+class JsonlLogCallback(TrainerCallback):
+    """Appends every log (loss, lr, tokens/s, ...) as one JSON line to ``train_log.jsonl``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            with self.path.open("a") as f:
+                f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, "time": round(time.time(), 1), **logs}) + "\n")
+
+
+class BarCallback(ProgressCallback):
+    """The Trainer's progress bar, with loss and tokens/s on the bar instead of dict dumps."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not (state.is_world_process_zero and self.training_bar is not None and logs):
+            return
+        if "loss" in logs:
+            self.training_bar.set_postfix(loss=f"{logs['loss']:.4f}", tok_s=logs.get("tokens_per_s"), refresh=False)
+        elif "train_runtime" in logs:
+            self.training_bar.write(json.dumps(logs), file=sys.stderr)

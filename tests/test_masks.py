@@ -1,0 +1,97 @@
+"""Masks and positions against literal tensors for the docstring example, every backend.
+
+Example: ``Q {a1 a2, b1} A`` then a one-token response ``R`` (one token per letter).
+"""
+
+import pytest
+import torch
+
+from setllm.masks import TokenLayout, render, render_block_mask, variant_mask
+from setllm.encoding import EncodedPrompt, setpe_positions
+
+LAYOUT = TokenLayout(
+    valid=torch.tensor([[1, 1, 1, 1, 1, 1]], dtype=torch.bool),
+    is_prompt=torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool),
+    set_ids=torch.tensor([[-1, 0, 0, 0, -1, -1]]),
+    element_ids=torch.tensor([[-1, 0, 0, 1, -1, -1]]),
+)
+# ■ = 1, ⬚ = 0; rows are queries   Q  a1 a2 b1 A  R
+EXPECTED = {
+    "setmask": [[1, 1, 1, 1, 1, 0],  # Q
+                [1, 1, 1, 0, 1, 0],  # a1: does not see b1
+                [1, 1, 1, 0, 1, 0],  # a2
+                [1, 0, 0, 1, 1, 0],  # b1: does not see a1 a2
+                [1, 1, 1, 1, 1, 0],  # A
+                [1, 1, 1, 1, 1, 1]],  # R: whole prompt + itself
+    "prefix": [[1, 1, 1, 1, 1, 0]] * 5 + [[1, 1, 1, 1, 1, 1]],
+    "causal": [[1 if k <= q else 0 for k in range(6)] for q in range(6)],
+}
+
+
+def literal(kind):
+    return torch.tensor(EXPECTED[kind], dtype=torch.bool).view(1, 1, 6, 6)
+
+
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+def test_sdpa_bool_mask(kind):
+    got = render(variant_mask(kind, LAYOUT), "sdpa", 1, 6, 6)
+    assert got.dtype == torch.bool and torch.equal(got, literal(kind))
+
+
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+def test_eager_additive_mask(kind):
+    got = render(variant_mask(kind, LAYOUT), "eager", 1, 6, 6, dtype=torch.float32)
+    expected = torch.where(literal(kind), 0.0, torch.finfo(torch.float32).min)
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+def test_flex_block_mask_predicate(kind):
+    block = render(variant_mask(kind, LAYOUT), "flex_attention", 1, 6, 6)
+    q, kv = torch.meshgrid(torch.arange(6), torch.arange(6), indexing="ij")
+    zero = torch.tensor(0)
+    got = torch.stack([torch.stack([block.mask_mod(zero, zero, q[i, j], kv[i, j]) for j in range(6)]) for i in range(6)])
+    assert torch.equal(got.view(1, 1, 6, 6), literal(kind))
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_query_offset_renders_the_last_rows(backend):
+    """With a cache, only the new queries are rendered: the same rows of the full mask."""
+    fn = variant_mask("setmask", LAYOUT)
+    full = render(fn, backend, 1, 6, 6)
+    assert torch.equal(render(fn, backend, 1, 2, 6, q_offset=4), full[:, :, 4:])
+
+
+def test_flex_query_offset():
+    block = render_block_mask(variant_mask("setmask", LAYOUT), 1, 1, 6, q_offset=5)
+    zero = torch.tensor(0)
+    row = torch.stack([block.mask_mod(zero, zero, zero, torch.tensor(k)) for k in range(6)])
+    assert row.tolist() == EXPECTED["setmask"][5]
+
+
+def test_padding_is_never_attended_and_pad_rows_are_not_empty():
+    # Left-padded copy of the example: two pads in front.
+    pad = lambda t, v: torch.cat([torch.full((1, 2), v, dtype=t.dtype), t], 1)  # noqa: E731
+    layout = TokenLayout(pad(LAYOUT.valid, False), pad(LAYOUT.is_prompt, False), pad(LAYOUT.set_ids, -1), pad(LAYOUT.element_ids, -1))
+    got = render(variant_mask("setmask", layout), "sdpa", 1, 8, 8)[0, 0]
+    assert torch.equal(got[2:, 2:], literal("setmask")[0, 0])
+    assert not got[2:, :2].any()  # real tokens never see padding
+    assert torch.equal(got[:2, :2], torch.eye(2, dtype=torch.bool))  # pads see only themselves
+    assert got.any(-1).all()
+
+
+def test_positions_literal():
+    enc = EncodedPrompt([10, 11, 12, 13, 14], [-1, 0, 0, 0, -1], [-1, 0, 0, 1, -1])
+    assert enc.positions("pe") == ([0, 1, 2, 3, 4], 5)
+    assert enc.positions("nope") == ([0, 0, 0, 0, 0], 0)
+    # a1 a2 start at 1, b1 starts at 1 too; A resumes at 1 + 3 set tokens = 4.
+    assert enc.positions("setpe") == ([0, 1, 2, 1, 4], 5)
+
+
+def test_setpe_two_adjacent_sets_and_set_at_end():
+    # {x1 x2, y1} {z1, w1 w2 w3}: second set starts at 0 + 3; the response after it at 3 + 4.
+    sets = [0, 0, 0, 1, 1, 1, 1]
+    elems = [0, 0, 1, 0, 1, 1, 1]
+    assert setpe_positions(sets, elems) == ([0, 1, 0, 3, 3, 4, 5], 7)
+    # Duplicate neighbouring elements are still separate elements.
+    assert setpe_positions([0, 0], [0, 1]) == ([0, 0], 2)
