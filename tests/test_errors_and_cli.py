@@ -1,0 +1,122 @@
+"""User-facing errors (one line, exit 2) and the CLI contract, on a tiny saved model."""
+
+import json
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import PromptError, Set, SetLLM, UnsupportedModelError, load_model, mc_prompt
+from setllm.cli import main
+from setllm.loading import ModelLoadError
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_choose_json_contract(model_dir, capsys):
+    code, out, _ = cli(capsys, "choose", "Which city is the capital of France?", "--options", "Paris", "Rome", "Zurich", "--model", model_dir, "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["answer"] in ("Paris", "Rome", "Zurich") and set(result["scores"]) == {"Paris", "Rome", "Zurich"}
+    assert result["answer"] == max(result["scores"], key=result["scores"].get)
+    assert result["variant"] == "setmask-setpe"
+    # Same answer and scores through the Python API.
+    lm = SetLLM(*load_model(model_dir))
+    choice = lm.choose("Which city is the capital of France?", ["Paris", "Rome", "Zurich"])
+    assert {s.text: s.logprob for s in choice.scores} == pytest.approx(result["scores"], abs=1e-6)
+
+
+def test_choose_is_order_invariant_from_the_cli(model_dir, capsys):
+    a = json.loads(cli(capsys, "choose", "q?", "--options", "apple", "dog", "fox", "--model", model_dir, "--json")[1])
+    b = json.loads(cli(capsys, "choose", "q?", "--options", "fox", "apple", "dog", "--model", model_dir, "--json")[1])
+    assert a["answer"] == b["answer"] and a["scores"] == b["scores"]  # exact mode: bit-identical
+
+
+def test_generate_json_file_and_markup(model_dir, capsys, tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"prompt": ["Pick one:\n", {"set": ["apple\n", "dog\n"]}, "Answer:"]}))
+    code, out, _ = cli(capsys, "generate", "--prompt-file", str(f), "--max-new-tokens", "4", "--model", model_dir, "--json")
+    assert code == 0 and isinstance(json.loads(out)["text"], str)
+    code, out2, _ = cli(capsys, "generate", "--prompt", r"Pick one:\n{{dog\n||apple\n}}Answer:", "--max-new-tokens", "4", "--model", model_dir, "--json")
+    assert code == 0 and json.loads(out2)["text"] == json.loads(out)["text"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--prompt", "a {{x||"], "markup offset 2: set opened with '{{' is never closed"),
+    (["generate", "--prompt", "a {{x||}}"], "markup offset 7: empty set element"),
+    (["choose", "q", "--options", "a", "--model", "MODEL"], "choose needs at least two options"),
+    (["choose", "q", "--options", "a", "b", "--model", "/nonexistent/model"], "model '/nonexistent/model' not found"),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--adapter", "/nonexistent"], "no adapter_config.json"),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--variant", "causal-pe", "--exact"], "only to invariant variants"),
+])
+def test_user_errors_exit_2_with_one_line(argv, message, model_dir, capsys):
+    argv = [model_dir if a == "MODEL" else a for a in argv]
+    code, out, err = cli(capsys, *argv)
+    assert code == 2
+    last = err.strip().splitlines()[-1]  # earlier lines may be a loading progress bar
+    assert last.startswith("error: ") and message in last and err.count("error:") == 1 and "Traceback" not in err
+
+
+def test_bad_json_prompt_file(capsys, tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text('{"prompt": ["a", {"set": ["x"]')
+    code, _, err = cli(capsys, "generate", "--prompt-file", str(f))
+    assert code == 2 and "malformed JSON at line 1" in err
+    code, _, err = cli(capsys, "generate", "--prompt-file", str(tmp_path / "missing.json"))
+    assert code == 2 and "not found" in err
+
+
+def test_prompt_longer_than_context(model_dir):
+    lm = SetLLM(*load_model(model_dir))
+    with pytest.raises(PromptError, match="longer than the model's context"):
+        lm.encode(["fox " * 300])
+
+
+def test_sliding_window_that_would_cut_sets_is_refused():
+    lm = SetLLM(tiny_model("gemma2", sliding_window=24), tiny_tokenizer())
+    short = mc_prompt("q?", ["a", "b"])
+    lm.score([short])  # fits in the window: fine
+    with pytest.raises(ValueError, match="sliding attention window"):
+        lm.score([mc_prompt("Which city is the capital of France?", ["Budapest", "Paris", "Zurich"])])
+
+
+def test_unsupported_architectures():
+    from transformers import BertConfig, BertLMHeadModel
+
+    bert = BertLMHeadModel(BertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, is_decoder=True))
+    with pytest.raises(UnsupportedModelError, match="'bert' has not been verified"):
+        SetLLM(bert, tiny_tokenizer())
+
+    class EncDec(torch.nn.Module):
+        config = type("C", (), {"model_type": "t5", "is_encoder_decoder": True})()
+
+    with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
+        SetLLM(EncDec(), tiny_tokenizer())
+
+
+def test_missing_model_error_is_actionable(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_model(str(tmp_path / "nope"))
+
+
+def test_unknown_variant():
+    with pytest.raises(ValueError, match="unknown variant 'set'; choose one of: causal-pe"):
+        SetLLM(tiny_model("llama"), tiny_tokenizer(), "set")
+
+
+def test_score_needs_options_for_several_sets():
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer())
+    with pytest.raises(ValueError, match="it has 2 sets; pass options explicitly"):
+        lm.score([["q", Set(["a", "b"]), "r", Set(["c", "d"])]])

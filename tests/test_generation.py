@@ -1,0 +1,83 @@
+"""Generation: greedy equals argmax of full forwards, sampling is seeded, stops work."""
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import GenerationConfig, Set, SetLLM, as_prompt
+from setllm.batch import collate
+from setllm.runtime import forward
+
+PROMPT = as_prompt(["Question: Which fruit?\n\nChoices:\n", Set(["apple\n", "dog\n"]), "Answer:"])
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return SetLLM(tiny_model("llama"), tiny_tokenizer())
+
+
+def greedy_by_full_forwards(lm, prompt, n):
+    enc, tokens = lm.encode(prompt), []
+    for _ in range(n):
+        b = collate([enc], lm.variant.positions, lm.pad_id, responses=[tokens])
+        with torch.no_grad():
+            logits = forward(lm.model, lm.variant, b.input_ids, b.position_ids, b.layout).logits[0, -1]
+        tokens.append(int(logits.argmax()))
+    return tokens
+
+
+def test_greedy_matches_full_forward_argmax(lm):
+    tokens = greedy_by_full_forwards(lm, PROMPT, 6)
+    eos = lm.tokenizer.eos_token_id
+    if eos in tokens:
+        tokens = tokens[: tokens.index(eos)]
+    assert lm.generate([PROMPT], GenerationConfig(max_new_tokens=6)) == [lm.tokenizer.decode(tokens, skip_special_tokens=True)]
+
+
+def test_batched_generation_equals_one_by_one(lm):
+    prompts = [PROMPT, as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])]
+    cfg = GenerationConfig(max_new_tokens=5)
+    batched = SetLLM(lm.model, lm.tokenizer, batch_size=2).generate(prompts, cfg)
+    assert batched == [lm.generate([p], cfg)[0] for p in prompts]
+
+
+def test_sampling_is_seeded_and_varies_with_seed(lm):
+    cfg = lambda seed: GenerationConfig(max_new_tokens=8, temperature=1.5, top_p=0.95, seed=seed)  # noqa: E731
+    a, b = lm.generate([PROMPT], cfg(1)), lm.generate([PROMPT], cfg(1))
+    assert a == b
+    assert len({lm.generate([PROMPT], cfg(s))[0] for s in range(2, 6)} | set(a)) > 1
+
+
+def test_generation_is_invariant_in_exact_mode(lm):
+    cfg = GenerationConfig(max_new_tokens=6, temperature=1.0, seed=3)
+    assert lm.generate([PROMPT], cfg) == lm.generate([PROMPT.permuted([[1, 0]])], cfg)
+
+
+def test_stop_string_cuts_the_text(lm):
+    full = lm.generate([PROMPT], GenerationConfig(max_new_tokens=8))[0]
+    assert len(full) > 2
+    stop = full[1:3]
+    out = lm.generate([PROMPT], GenerationConfig(max_new_tokens=8, stop=(stop,)))[0]
+    assert out == full[: full.index(stop)]
+
+
+def test_eos_stops_generation(lm):
+    model = lm.model
+    eos = lm.tokenizer.eos_token_id
+    with torch.no_grad():  # make EOS the most likely token everywhere
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size))
+        model.lm_head.bias[eos] = 1e4
+    try:
+        assert lm.generate([PROMPT], GenerationConfig(max_new_tokens=8)) == [""]
+    finally:
+        model.lm_head.bias = None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_new_tokens=0), "max_new_tokens must be >= 1"),
+    (dict(temperature=-1), "temperature must be >= 0"),
+    (dict(top_p=0), r"top_p must be in \(0, 1\]"),
+])
+def test_bad_generation_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GenerationConfig(**kwargs)
