@@ -19,8 +19,9 @@ def test_several_sets_duplicates_and_python_sets():
 
 
 def test_one_element_set_is_plain_text():
-    assert as_prompt(["Q: ", Set(["only"]), "!"]).segments == ("Q: ", "only", "!")
-    assert parse_markup("a{{b}}c").segments == ("a", "b", "c")
+    assert as_prompt(["Q: ", Set(["only"]), "!"]).segments == ("Q: only!",)
+    assert parse_markup("a{{b}}c").segments == ("abc",)
+    assert as_prompt(["a", "", "b", Set(["x", "y"]), "c"]).segments == ("ab", Set(["x", "y"]), "c")
 
 
 def test_canonical_and_permuted():
@@ -86,3 +87,26 @@ def test_markup_escapes_and_round_trip():
     q = as_prompt(["x{y}|z\n", Set(["a|b", "c\\d", "{e}"]), "\tend"])
     assert parse_markup(to_markup(q)) == q
     assert isinstance(q, SetPrompt)
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+_text = st.text(alphabet=st.sampled_from(list("ab {}|\\\n\t:é")), min_size=1, max_size=8)
+_segment = st.one_of(_text, st.lists(_text, min_size=2, max_size=4).map(Set))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_segment, min_size=1, max_size=5))
+def test_markup_round_trips_any_prompt(segments):
+    prompt = as_prompt(segments)
+    assert parse_markup(to_markup(prompt)) == prompt
+    assert from_json(__import__("json").dumps(prompt.to_json())) == prompt
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_segment, min_size=1, max_size=5), st.randoms(use_true_random=False))
+def test_canonical_order_ignores_any_permutation(segments, rnd):
+    prompt = as_prompt(segments)
+    perm = prompt.permuted([rnd.sample(range(len(s)), len(s)) for s in prompt.sets])
+    assert perm.canonical() == prompt.canonical()

@@ -51,8 +51,8 @@ Segment = Union[str, Set]
 class SetPrompt:
     """A validated prompt: a tuple of text segments (``str``) and :class:`Set` s.
 
-    One-element sets are stored as plain text (they are plain text, by definition);
-    empty text segments are dropped.
+    One-element sets are stored as plain text (they are plain text, by definition),
+    neighbouring text is joined and empty text dropped.
     """
 
     segments: tuple[Segment, ...]
@@ -112,11 +112,22 @@ def as_prompt(obj: PromptLike) -> SetPrompt:
         obj = [obj]
     if not isinstance(obj, Sequence):
         raise PromptError(f"a prompt is a list of text and sets, got {type(obj).__name__}")
-    segments = [_segment(item, f"prompt[{i}]") for i, item in enumerate(obj)]
-    segments = [s for s in segments if s != ""]
+    segments = _merge_text([_segment(item, f"prompt[{i}]") for i, item in enumerate(obj)])
     if not segments:
         raise PromptError("the prompt is empty")
     return SetPrompt(tuple(segments))
+
+
+def _merge_text(segments: list[Segment]) -> list[Segment]:
+    """Join neighbouring text (a one-element set included): plain text is tokenized as
+    one piece, as the model saw it in training; only set boundaries split tokenization."""
+    out: list[Segment] = []
+    for seg in segments:
+        if isinstance(seg, str) and out and isinstance(out[-1], str):
+            out[-1] += seg
+        elif seg != "":
+            out.append(seg)
+    return out
 
 
 def _segment(item: Any, where: str) -> Segment:

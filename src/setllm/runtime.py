@@ -8,6 +8,8 @@ Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from .masks import TokenLayout, render, variant_mask
@@ -75,16 +77,32 @@ def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
     """Run the model on ``input_ids [B, Q]`` given ``layout [B, K]`` (K = cache + Q)."""
     check_length(model.config, layout.shape[1])
-    mask = attention_mask(model, variant, layout, input_ids.shape[1])
-    device = model.device
-    return model(
-        input_ids=input_ids.to(device),
-        position_ids=position_ids.to(device),
-        attention_mask=mask,
-        past_key_values=cache,
-        use_cache=cache is not None,
-        logits_to_keep=logits_to_keep,
-    )
+    with _cached_step_attention(model, cached=layout.shape[1] > input_ids.shape[1]):
+        mask = attention_mask(model, variant, layout, input_ids.shape[1])
+        device = model.device
+        return model(
+            input_ids=input_ids.to(device),
+            position_ids=position_ids.to(device),
+            attention_mask=mask,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            logits_to_keep=logits_to_keep,
+        )
+
+
+@contextmanager
+def _cached_step_attention(model, cached: bool):
+    """Flex attention serves the prefill, where long prompts gain from block sparsity; steps
+    on a cache run under sdpa (eager for gemma2): flex's CPU kernel fails to compile for
+    single-token queries (torch 2.13), and a few query rows gain nothing from a BlockMask."""
+    if not cached or getattr(model.config, "_attn_implementation", None) != "flex_attention":
+        yield
+        return
+    model.set_attn_implementation("eager" if model.config.model_type == "gemma2" else "sdpa")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation("flex_attention")
 
 
 def new_cache():
