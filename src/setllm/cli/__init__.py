@@ -9,7 +9,7 @@ import sys
 from .common import run_guarded
 
 # Each module defines ``add_parser(subparsers)``; its parser sets ``func(args) -> int``.
-COMMANDS = ["setllm.cli.infer", "setllm.cli.train"]
+COMMANDS = ["setllm.cli.infer", "setllm.cli.train", "setllm.cli.evaluate"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,70 @@
+"""``setllm eval`` and ``setllm report``: the paper's multiple-choice evaluation protocol."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_dataclass_arguments, add_model_arguments, dataclass_from_args, load_setllm
+
+
+def add_parser(sub) -> None:
+    from ..evaluation.runner import EvalConfig
+
+    p = sub.add_parser(
+        "eval", help="evaluate a model on a multiple-choice benchmark under option orderings",
+        description="Score every question of a benchmark under the orderings of its options and report accuracy per mode "
+                    "(single, random, adversarial, majority). Writes --out/summary.json and predictions.jsonl; "
+                    "rerunning with the same --out resumes.")
+    p.add_argument("--config", metavar="FILE", help="JSON/YAML file of evaluation options; flags override it")
+    add_dataclass_arguments(p.add_argument_group("evaluation"), EvalConfig)
+    add_model_arguments(p)
+    p.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser(
+        "report", help="paper-style table and figures from `setllm eval` run directories",
+        description="Print the Rand./Adv. accuracy table (markdown) of the run directories, and save the majority-vote "
+                    "figures (accuracy and agreement with Set-LLM by vote count) as PNG.")
+    r.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (each with summary.json)")
+    r.add_argument("--plot-dir", metavar="DIR", help="where to save the PNG figures (default: the first DIR)")
+    r.add_argument("--markdown", metavar="FILE", help="also write the tables to FILE")
+    r.add_argument("--no-plots", action="store_true", help="print the tables only")
+    r.set_defaults(func=cmd_report)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ..api import default_adapter
+    from ..evaluation.runner import EvalConfig, run_eval
+    from ..evaluation.tasks import get_task, load_records
+    from ..loading import DEFAULT_MODEL
+
+    cfg = dataclass_from_args(EvalConfig, args, args.config)
+    # Read the data first: a bad record should not wait for the model to load.
+    records, source = load_records(get_task(cfg.dataset), cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
+    lm = load_setllm(args, progress=False)
+    adapter = None if args.adapter == "none" else (args.adapter or (default_adapter() if args.model is None else None))
+    summary = run_eval(lm, cfg, records, meta={"model": args.model or DEFAULT_MODEL, "adapter": adapter, "source": source})
+    print(_result_line(summary))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..evaluation.report import load_run, markdown_table, save_plots
+
+    runs = [load_run(d) for d in args.dirs]
+    table = markdown_table(runs)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    if not args.no_plots:
+        for path in save_plots(runs, args.plot_dir or args.dirs[0]):
+            print(f"saved {path}", file=sys.stderr)
+    return 0
+
+
+def _result_line(s: dict) -> str:
+    acc = ", ".join(f"{m} {v:.2f}%" for m, v in s["accuracy"].items())
+    extra = f"; answer changes across orderings: {s['invariance_flips']}/{s['invariance_runs']}" if "invariance_flips" in s else ""
+    return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']} ({s['template']}): {acc}{extra}"

@@ -1,0 +1,83 @@
+"""`setllm eval` and `setllm report` through the command line, with a tiny saved model."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run ~15x faster on one thread than on two busy cores; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", max_position_embeddings=1024).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def eval_args(model_dir, out, *extra):
+    return ["eval", "--dataset", "arc_challenge", "--data-dir", str(FIXTURES), "--model", str(model_dir), "--adapter", "none",
+            "--out", str(out), "--no-progress", "--batch-size", "4", *extra]
+
+
+def test_eval_then_report(model_dir, tmp_path, capsys):
+    assert main(eval_args(model_dir, tmp_path / "base", "--variant", "causal-pe", "--limit", "3")) == 0
+    assert main(eval_args(model_dir, tmp_path / "set", "--variant", "setmask-setpe", "--limit", "3")) == 0
+    summary = json.loads((tmp_path / "base" / "summary.json").read_text())
+    for key in ("dataset", "split", "n", "variant", "accuracy", "runtime_s"):
+        assert key in summary
+    assert (summary["dataset"], summary["split"], summary["n"], summary["variant"]) == ("arc_challenge", "test", 3, "causal-pe")
+    assert set(summary["accuracy"]) == set(summary["runtime_s"]) == {"single", "random", "adversarial", "majority"}
+    assert summary["model"] == str(model_dir) and summary["adapter"] is None
+    assert "arc_challenge test n=3 causal-pe (modified)" in capsys.readouterr().out
+
+    md = tmp_path / "table.md"
+    assert main(["report", str(tmp_path / "base"), str(tmp_path / "set"), "--plot-dir", str(tmp_path / "plots"), "--markdown", str(md)]) == 0
+    table = capsys.readouterr().out
+    assert "| Model | Training | Eval. Mode | ARC Rand. | ARC Adv. |" in table
+    assert "| Causal Mask+PE | Pretrained | Majority Vote |" in table and "| SetMask+SetPE | Pretrained | Single run |" in table
+    assert md.read_text().strip() == table.strip()
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["agreement_arc_challenge_causal-mask-pe_vs_setmask-setpe.png", "votes_accuracy_arc_challenge_causal-mask-pe.png"]
+    assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--template", "sideways"], None),  # argparse rejects it itself (exit 2)
+    (["--max-orderings", "0"], "error: --max-orderings must be at least 1"),
+    (["--split", "train"], "error: "),
+    (["--modes", "single,best"], "error: unknown mode 'best'"),
+])
+def test_user_errors_exit_2_with_one_line(model_dir, tmp_path, capsys, extra, message):
+    if message is None:
+        with pytest.raises(SystemExit) as exit_:
+            main(eval_args(model_dir, tmp_path / "x", *extra))
+        assert exit_.value.code == 2
+        return
+    assert main(eval_args(model_dir, tmp_path / "x", *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and len(err.splitlines()) == 1
+
+
+def test_bad_record_names_file_and_line(model_dir, tmp_path, capsys):
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text('{"question": "Q?", "choices": ["a", "b"], "label": 0}\n{"question": "Q?", "choices": ["a", "b"], "label": 5}\n')
+    code = main(["eval", "--data-file", str(bad), "--model", str(model_dir), "--adapter", "none", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: {bad}:2: 'label' must be an integer index") and len(err.splitlines()) == 1
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+

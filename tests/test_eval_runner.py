@@ -1,0 +1,149 @@
+"""End-to-end evaluation on the fixtures with tiny models: modes, invariance, resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import SetLLM
+from setllm.evaluation import EvalConfig, run_eval, runner, store
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+STABLE = ("dataset", "split", "n", "variant", "template", "accuracy", "runs_per_question", "one_run_per_question", "orderings",
+          "invariance_flips", "invariance_runs", "flip_rate", "metrics", "settings", "ids")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run ~15x faster on one thread than on two busy cores; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def sharp():
+    """A tiny llama with weights x10: attention sharp enough that option order changes answers."""
+    model = tiny_model("llama", max_position_embeddings=1024)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.mul_(10)
+    return model
+
+
+def evaluate(model, tok, variant, out, batch_size=8, **kw):
+    lm = SetLLM(model, tok, variant=variant, batch_size=batch_size)
+    kw.setdefault("dataset", "arc_challenge")
+    return run_eval(lm, EvalConfig(data_dir=str(FIXTURES), out=str(out), progress=False, **kw))
+
+
+def rows(out):
+    return [json.loads(line) for line in (Path(out) / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_order_sensitive_model_adversarial_below_random(sharp, tok, tmp_path):
+    s = evaluate(sharp, tok, "causal-pe", tmp_path)
+    acc = s["accuracy"]
+    assert acc["adversarial"] < acc["random"]
+    assert acc["adversarial"] <= acc["single"] and acc["adversarial"] <= acc["majority"]
+    assert s["invariance_flips"] > 0 and s["runs_per_question"]["random"] == 24.0 and not s["one_run_per_question"]
+    assert s["runtime_s"]["single"] < s["runtime_s"]["adversarial"] <= s["runtime_s"]["random"] == s["runtime_s"]["majority"]
+    written = rows(tmp_path)
+    assert [r["id"] for r in written] == ["MCAS_1998_4_19", "Mercury_401699", "TAKS_2009_8_36", "Mercury_7041143",
+                                         "Mercury_405804", "Mercury_SC_416168"]
+    assert all(r["orderings"][0] == [0, 1, 2, 3] and len(r["predictions"]) == 24 for r in written)
+    assert all(sum(r["votes"].values()) == 24 and r["votes"][str(r["majority"])] == max(r["votes"].values()) for r in written)
+    assert json.loads((tmp_path / "summary.json").read_text())["accuracy"] == acc
+
+
+def test_invariant_variant_adversarial_equals_random(sharp, tok, tmp_path):
+    one = evaluate(sharp, tok, "setmask-setpe", tmp_path / "one")
+    acc = one["accuracy"]
+    assert acc["adversarial"] == acc["random"] == acc["single"] == acc["majority"]
+    assert one["one_run_per_question"] and one["runs_per_question"]["majority"] == 1.0
+    assert "invariance_flips" not in one
+    verified = evaluate(sharp, tok, "setmask-setpe", tmp_path / "verified", verify_invariance=True)
+    assert verified["invariance_flips"] == 0 and verified["invariance_runs"] == 6 * 23
+    assert verified["accuracy"]["adversarial"] == verified["accuracy"]["random"]
+    assert verified["accuracy"] == acc
+    # Unsorted orderings really ran: low bits differ, answers do not.
+    assert 0 < verified["max_logprob_diff"] < 1e-3
+    only_single = evaluate(sharp, tok, "setmask-setpe", tmp_path / "single", verify_invariance=True, modes="single")
+    assert only_single["invariance_runs"] == 6 * 23  # verification runs every ordering whatever the modes
+
+
+def test_numbered_siqa_is_order_sensitive_even_for_set_llm(sharp, tok, tmp_path):
+    s = evaluate(sharp, tok, "setmask-setpe", tmp_path, dataset="social_iqa", template="original")
+    assert not s["one_run_per_question"] and s["runs_per_question"]["random"] == 6.0
+    cont = evaluate(sharp, tok, "causal-pe", tmp_path / "c", dataset="piqa", template="original")
+    assert cont["one_run_per_question"]  # options only as continuations: one run per question
+
+
+def test_capped_orderings_and_adversarial_only(sharp, tok, tmp_path):
+    s = evaluate(sharp, tok, "causal-pe", tmp_path / "cap", dataset="commonsense_qa", max_orderings=6, ordering_choice="first")
+    assert s["orderings"]["mean_tested"] == 6 and all(r["orderings"][0] == [0, 1, 2, 3, 4] for r in rows(tmp_path / "cap"))
+    adv = evaluate(sharp, tok, "causal-pe", tmp_path / "adv", modes="adversarial")
+    full = evaluate(sharp, tok, "causal-pe", tmp_path / "full")
+    assert adv["accuracy"]["adversarial"] == full["accuracy"]["adversarial"]
+    stopped = rows(tmp_path / "adv")
+    assert any(len(r["predictions"]) < 24 for r in stopped)  # stopped at the first failure
+    assert all(p == r["label"] for r in stopped for p in r["predictions"][:-1])
+    # Asking for more later re-runs only what the earlier plan did not cover.
+    more = evaluate(sharp, tok, "causal-pe", tmp_path / "adv", modes="adversarial,random")
+    assert more["accuracy"]["random"] == full["accuracy"]["random"]
+
+
+def test_resume_after_interruption_gives_the_same_summary(sharp, tok, tmp_path, monkeypatch):
+    whole = evaluate(sharp, tok, "causal-pe", tmp_path / "whole", batch_size=2)
+    calls = {"n": 0}
+    real = runner.evaluate_chunk
+
+    def dies_on_second_chunk(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # killed mid-run
+        return real(*args, **kw)
+
+    monkeypatch.setattr(runner, "evaluate_chunk", dies_on_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(sharp, tok, "causal-pe", tmp_path / "cut", batch_size=2)
+    monkeypatch.setattr(runner, "evaluate_chunk", real)
+    assert len(rows(tmp_path / "cut")) == 2 and not (tmp_path / "cut" / "summary.json").exists()
+    with (tmp_path / "cut" / "predictions.jsonl").open("a") as f:
+        f.write('{"id": "Mercury_7041143", "label": 2, "orderi')  # a line cut short by the kill
+    resumed = evaluate(sharp, tok, "causal-pe", tmp_path / "cut", batch_size=2)
+    assert resumed["resumed_questions"] == 2
+    assert {k: resumed.get(k) for k in STABLE} == {k: whole.get(k) for k in STABLE}
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("time_s", "peak_mb")} for r in rs]  # noqa: E731
+    assert strip(rows(tmp_path / "cut")) == strip(rows(tmp_path / "whole"))
+    again = evaluate(sharp, tok, "causal-pe", tmp_path / "cut", batch_size=2)  # all done: nothing re-run
+    assert again["resumed_questions"] == 6 and again["accuracy"] == whole["accuracy"]
+
+
+def test_resume_refuses_other_settings(sharp, tok, tmp_path):
+    evaluate(sharp, tok, "causal-pe", tmp_path, limit=2)
+    with pytest.raises(ValueError, match="other settings.*variant"):
+        evaluate(sharp, tok, "setmask-setpe", tmp_path, limit=2)
+    s = evaluate(sharp, tok, "setmask-setpe", tmp_path, limit=2, overwrite=True)
+    assert s["variant"] == "setmask-setpe" and len(rows(tmp_path)) == 2
+    assert json.loads((tmp_path / store.SETTINGS_FILE).read_text())["variant"] == "setmask-setpe"
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="--out"):
+        EvalConfig(dataset="piqa")
+    with pytest.raises(ValueError, match="unknown mode"):
+        EvalConfig(dataset="piqa", out="x", modes="single,worst")
+    with pytest.raises(ValueError, match="--max-orderings must be at least 1"):
+        EvalConfig(dataset="piqa", out="x", max_orderings=0)
+    with pytest.raises(ValueError, match="--dataset"):
+        EvalConfig(out="x")

@@ -1,0 +1,134 @@
+"""Benchmark specs: templates as in the paper's Appendix D.3, and loaders that name file and line."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from setllm.data import DataError, MCRecord
+from setllm.evaluation.tasks import CUSTOM, TASKS, get_task, load_records
+from setllm.prompt import Set
+from setllm.templates import response_text
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+
+# Appendix D.3 of Egressy & Stühmer (2025), Tables 7 (original) and 9 (modified), as the text
+# we could read them: the line breaks were lost, so renderings are compared with whitespace
+# collapsed. Table 9 shows no "Answer:" for ARC and SIQA (PIQA and CSQA have it); we end
+# every modified prompt with "Answer:" (the cue the response follows), hence PAPER + " Answer:".
+PAPER_ORIGINAL = "Question: {question} Answer:"
+PAPER_SIQA_ORIGINAL = ("Question: Given the context, answer correctly the question. Context: {context} Question: {question} "
+                       "Choices: (0) {c[0]} (1) {c[1]} (2) {c[2]} Answer:")
+PAPER_MODIFIED = {
+    "piqa": "Question: {question} Choices: {c[0]} {c[1]} Answer:",
+    "arc_challenge": "Question: {question} Choices: {c[0]} {c[1]} {c[2]} {c[3]}",
+    "commonsense_qa": "Question: {question} Choices: {c[0]} {c[1]} {c[2]} {c[3]} {c[4]} Answer:",
+    "social_iqa": "Question: Given the context, answer correctly the question. Context: {context} Question: {question} "
+                  "Choices: {c[0]} {c[1]} {c[2]}",
+}
+
+
+def first_record(name):
+    records, _ = load_records(TASKS[name], data_dir=FIXTURES)
+    return records[0]
+
+
+def squash(text):
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_templates_match_the_appendix(name):
+    r = first_record(name)
+    ident = tuple(range(len(r.choices)))
+    orig = TASKS[name].original.render(r, ident)
+    paper_orig = PAPER_SIQA_ORIGINAL if name == "social_iqa" else PAPER_ORIGINAL
+    assert squash(orig.prompt.text()) == squash(paper_orig.format(question=r.question, context=r.context, c=r.choices))
+    assert orig.options == (["(0)", "(1)", "(2)"] if name == "social_iqa" else list(r.choices))
+    mod = TASKS[name].modified.render(r, ident)
+    paper_mod = PAPER_MODIFIED[name] + ("" if PAPER_MODIFIED[name].endswith("Answer:") else " Answer:")
+    assert squash(mod.prompt.text()) == squash(paper_mod.format(question=r.question, context=r.context, c=r.choices))
+    assert mod.options == list(r.choices)
+    (the_set,) = mod.prompt.sets  # the options are one set, and nothing else is
+    assert isinstance(the_set, Set) and [e.strip() for e in the_set.elements] == [c.strip() for c in r.choices]
+    assert not orig.prompt.sets
+
+
+def test_exact_renderings_pinned():
+    arc = first_record("arc_challenge")  # "Planets orbit" / Earth., the Moon., the galaxy., the Sun.
+    mod = TASKS["arc_challenge"].modified.render(arc, (3, 0, 1, 2))
+    assert mod.prompt.text() == "Question: Planets orbit\n\nChoices:\nthe Sun.\nEarth.\nthe Moon.\nthe galaxy.\nAnswer:"
+    assert mod.options == ["the Sun.", "Earth.", "the Moon.", "the galaxy."]
+    assert response_text(mod.options[0]) == " the Sun."
+    orig = TASKS["arc_challenge"].original.render(arc, (0, 1, 2, 3))
+    assert orig.prompt.text() == "Question: Planets orbit\nAnswer:"
+    siqa = first_record("social_iqa")
+    num = TASKS["social_iqa"].original.render(siqa, (2, 0, 1))
+    assert num.prompt.text() == (
+        "Question: Given the context, answer correctly the question.\nContext: Remy went to the store after work.\n"
+        "Question: Why did Remy do this?\n\nChoices:\n(0) to swim\n(1) to buy milk\n(2) to sleep\nAnswer:")
+    assert TASKS["social_iqa"].original.options_as_set is False  # numbering orders the options
+    assert TASKS["social_iqa"].modified.render(siqa, (0, 1, 2)).prompt.segments[-1] == "Answer:"
+
+
+def test_fixture_counts_and_default_splits():
+    sizes = {name: len(load_records(t, data_dir=FIXTURES)[0]) for name, t in TASKS.items()}
+    assert sizes == {"piqa": 6, "arc_challenge": 6, "commonsense_qa": 4, "social_iqa": 4}
+    assert TASKS["arc_challenge"].eval_split == "test" and TASKS["piqa"].eval_split == "validation"
+    records, source = load_records(TASKS["piqa"], data_dir=FIXTURES, limit=3, subset_seed=1)
+    assert len(records) == 3 and source.endswith("piqa/validation.jsonl")
+
+
+def write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+GOOD = {"id": "a", "question": "Q?", "choices": ["x", "y"], "label": 0}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('{"id": "b", "question": "Q?", ', "malformed JSON"),
+    ({"id": "b", "question": "Q?", "choices": ["x", "y"]}, "missing 'label'"),
+    ({"id": "b", "question": "Q?", "choices": ["x", "y"], "label": 2}, "'label' must be an integer index"),
+    ({"id": "b", "question": "Q?", "choices": ["x"], "label": 0}, "at least two"),
+    ({"id": "b", "choices": ["x", "y"], "label": 0}, "missing field 'question'"),
+    ({"id": "a", "question": "Q?", "choices": ["x", "y"], "label": 1}, "duplicate id 'a'"),
+])
+def test_loader_rejects_malformed_records_with_file_and_line(tmp_path, bad, message):
+    path = write(tmp_path / "mine.jsonl", [GOOD, "", bad])  # the blank line still counts
+    with pytest.raises(DataError, match=message) as err:
+        load_records(CUSTOM, data_file=path)
+    assert str(err.value).startswith(f"{path}:3:")
+
+
+def test_siqa_needs_context_and_missing_split_lists_splits(tmp_path):
+    (tmp_path / "social_iqa").mkdir()
+    write(tmp_path / "social_iqa" / "validation.jsonl", [GOOD])
+    with pytest.raises(DataError, match=r"validation.jsonl:1: social_iqa records need a non-empty 'context'"):
+        load_records(TASKS["social_iqa"], data_dir=tmp_path)
+    with pytest.raises(DataError, match=r"no such file \(splits here: validation\)"):
+        load_records(TASKS["social_iqa"], split="test", data_dir=tmp_path)
+
+
+def test_users_own_file_works_like_a_benchmark(tmp_path):
+    path = write(tmp_path / "mine.jsonl", [GOOD, {"question": "Which?", "choices": ["a", "b", "c"], "label": 2, "context": "Ctx."}])
+    records, _ = load_records(get_task(None), data_file=path)
+    assert records[1] == MCRecord(f"{path}:2", "Which?", ("a", "b", "c"), 2, "Ctx.")
+    rendered = CUSTOM.modified.render(records[1], (0, 1, 2))
+    assert rendered.prompt.text() == "Context: Ctx.\nQuestion: Which?\n\nChoices:\na\nb\nc\nAnswer:"
+    with pytest.raises(ValueError, match="unknown dataset"):
+        get_task("mmlu")
+
+
+def test_export_renders_training_data_as_evaluated(tmp_path):
+    from setllm.evaluation.export import main
+    from setllm.training.data import load_examples
+
+    out = tmp_path / "siqa.jsonl"
+    assert main(["--dataset", "social_iqa", "--template", "modified", "--data-dir", str(FIXTURES), "--split", "validation",
+                 "--out", str(out)]) == 0
+    examples, _ = load_examples([str(out)])
+    record = first_record("social_iqa")
+    assert examples[0].prompt == TASKS["social_iqa"].modified.render(record, (0, 1, 2)).prompt
+    assert examples[0].response == record.choices[record.label]
