@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm.cli import main
@@ -12,13 +11,6 @@ from setllm.cli import main
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run ~15x faster on one thread than on two busy cores; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,6 @@ STABLE = ("dataset", "split", "n", "variant", "template", "accuracy", "runs_per_
           "invariance_flips", "invariance_runs", "flip_rate", "metrics", "settings", "ids")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run ~15x faster on one thread than on two busy cores; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
