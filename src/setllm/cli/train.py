@@ -15,7 +15,7 @@ EXAMPLES = """examples:
   setllm train --data ultrafeedback --data-dir ../shared/data --limit 500 --out runs/ultra
   setllm train --data arc_challenge,piqa --data-dir D --init-adapter runs/ultra --out runs/ultra-mc
   setllm train --config configs/smollm2-135m-setllm.yaml --resume
-  accelerate launch -m setllm.cli train --config my.yaml      # several GPUs (DDP/FSDP/DeepSpeed)
+  accelerate launch "$(command -v setllm)" train --config my.yaml   # several GPUs (DDP/FSDP/DeepSpeed)
 """
 
 

@@ -28,7 +28,7 @@ class TrainConfig:
     # -- what to train --------------------------------------------------------------------
     data: str = field(default="", metadata=_help(
         "comma-separated data specs: a benchmark (arc_challenge, piqa, commonsense_qa, social_iqa), "
-        "ultrafeedback, or a JSONL file of {\"prompt\": <set prompt>, \"response\": str}", metavar="SPEC[,SPEC...]"))
+        "ultrafeedback, or a JSONL file of {\"prompt\": <set prompt>, \"response\": str}; SPEC:N takes N examples of it", metavar="SPEC[,SPEC...]"))
     out: str = field(default="", metadata=_help("output directory (adapter, setllm.json, train_log.jsonl, checkpoints)", metavar="DIR"))
     model: str | None = field(default=None, metadata=_help("base model: local path or hub id; default: the embedded SmolLM2-135M-Instruct", metavar="M"))
     variant: str = field(default=DEFAULT_VARIANT, metadata=_help("variant to train (mask + positions)", choices=list(VARIANTS)))

@@ -1,9 +1,10 @@
 """Training data: data specs -> (set prompt, response) examples.
 
-A spec is a benchmark name (its train split, rendered with the paper's modified template:
-``Question / Choices as a set / Answer``, SIQA with its context and no numbering), the word
+A spec is a benchmark name (its train split, rendered with the paper's modified template by
+the evaluation's task spec: ``Question / Choices as a set / Answer``, SIQA with its
+instruction and context and no numbering), the word
 ``ultrafeedback`` (instruction -> chosen response), or a path to a JSONL file of
-``{"prompt": <set prompt>, "response": str}``.
+``{"prompt": <set prompt>, "response": str}``; ``spec:N`` takes N examples of it.
 
 UltraFeedback prompts are ``Question: <instruction>\\nAnswer:``: the same cue the benchmark
 template ends with, so pre-finetuning teaches the model one prompt/answer format, and the
@@ -18,11 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ..data import BENCHMARKS, DataError, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
-from ..templates import mc_prompt
 
 ULTRAFEEDBACK = "ultrafeedback"
 # Where the hub is reachable: the binarized UltraFeedback the paper's Ultra models start from.
@@ -53,10 +54,16 @@ class LoadReport:
         return out
 
 
-def mc_example(obj: object, where: str) -> Example:
-    """A benchmark record as the paper's modified template; response = the correct option."""
+def mc_example(obj: object, where: str, task: str | None = None) -> Example:
+    """A benchmark record in the paper's modified template, rendered by the evaluation's own
+    task spec (one template for training and ``setllm eval``); response = the correct option."""
+    from ..evaluation.tasks import get_task
+
     rec = parse_record(obj, where)
-    return Example(mc_prompt(rec.question, rec.choices, rec.context), rec.choices[rec.label], where)
+    spec = get_task(task)
+    spec.check(rec, where)
+    rendered = spec.modified.render(rec, tuple(range(len(rec.choices))))
+    return Example(rendered.prompt, rendered.options[rec.label], where)
 
 
 def ultrafeedback_example(obj: object, where: str) -> Example:
@@ -122,7 +129,7 @@ def _lines(path: Path) -> Iterator[tuple[str, object]]:
 def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable[[object, str], Example]]:
     """The file a spec reads (None = the hub) and the parser of its records."""
     if spec in BENCHMARKS:
-        return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), mc_example
+        return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), partial(mc_example, task=spec)
     if spec == ULTRAFEEDBACK:
         return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), ultrafeedback_example
     if spec.endswith(".jsonl") or Path(spec).is_file():
@@ -130,16 +137,28 @@ def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable
     raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(BENCHMARKS)}), {ULTRAFEEDBACK}, or a path to a .jsonl file")
 
 
+def split_count(spec: str) -> tuple[str, int | None]:
+    """``name:N`` -> (name, N): a per-spec limit that overrides ``--limit``."""
+    name, sep, count = spec.rpartition(":")
+    if sep and count.isdigit() and name:
+        if int(count) < 1:
+            raise DataError(f"data spec {spec!r}: the count after ':' must be at least 1")
+        return name, int(count)
+    return spec, None
+
+
 def load_examples(specs: list[str], data_dir: str | None = None, limit: int | None = None, sample_seed: int | None = None,
                   skip_bad: bool = False) -> tuple[list[Example], LoadReport]:
-    """All examples of ``specs`` in spec order (the trainer shuffles), ``limit`` per spec."""
+    """All examples of ``specs`` in spec order (the trainer shuffles), ``limit`` per spec
+    unless the spec says ``name:N``."""
     report = LoadReport()
     examples: list[Example] = []
     for spec in specs:
+        spec, count = split_count(spec)
         path, parse = resolve_spec(spec, data_dir)
         skipped: list[str] = []
         rows = read_examples(path, parse, skip_bad, skipped) if path else _from_hub(spec, parse, skip_bad, skipped)
-        rows = subset(rows, limit, sample_seed)
+        rows = subset(rows, count or limit, sample_seed)
         if not rows:
             raise DataError(f"data spec {spec!r} gave no usable examples" + (f" ({len(skipped)} bad records skipped)" if skipped else ""))
         report.kept[spec], report.skipped[spec] = len(rows), skipped

@@ -1,6 +1,6 @@
 """``train(config)``: data -> features -> Trainer -> adapter directory with ``setllm.json``.
 
-Multi-GPU: nothing here is distributed by hand. ``accelerate launch -m setllm.cli train ...``
+Multi-GPU: nothing here is distributed by hand. ``accelerate launch "$(command -v setllm)" train ...``
 (DDP, FSDP or DeepSpeed per ``accelerate config``) runs the same code on every process;
 the Trainer shards the data and syncs gradients.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,23 +35,37 @@ class TrainResult:
     tokens: int
 
 
-def build_model(cfg: TrainConfig):
-    """The base model with a fresh LoRA adapter, ``cfg.init_adapter`` continued, or all
-    weights trainable (``full_finetune``)."""
-    model, tokenizer = load_model(cfg.model, attn_implementation=cfg.attn, dtype=torch.float32)
+def build_model(cfg: TrainConfig, model=None, tokenizer=None):
+    """The base model (loaded from ``cfg.model`` unless given) with a fresh LoRA adapter,
+    ``cfg.init_adapter`` continued, or all weights trainable (``full_finetune``)."""
+    if model is None:
+        model, tokenizer = load_model(cfg.model, attn_implementation=cfg.attn, dtype=torch.float32)
     model.train()
     if cfg.full_finetune:
         return model, tokenizer
+    from transformers import set_seed
+
+    set_seed(cfg.seed)  # the LoRA init is random: same seed, same starting adapter
     try:
         from peft import LoraConfig, PeftModel, get_peft_model
     except ImportError:
         raise ValueError("LoRA training needs peft: pip install 'setllm[train]' (or pass --full-finetune)") from None
-    if cfg.init_adapter:
-        _check_init_variant(cfg)
-        return PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), tokenizer
-    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
-    return get_peft_model(model, lora), tokenizer
+    with _library_deprecations_hidden():
+        if cfg.init_adapter:
+            _check_init_variant(cfg)
+            return PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), tokenizer
+        targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+        return get_peft_model(model, lora), tokenizer
+
+
+@contextmanager
+def _library_deprecations_hidden():
+    """PEFT and the Trainer call a transformers method deprecated in 5.x on every run; the
+    warning says nothing the user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def _check_init_variant(cfg: TrainConfig) -> None:
@@ -99,15 +114,16 @@ def training_arguments(cfg: TrainConfig):
         bf16=cfg.dtype == "bf16",
         use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,  # every trainable tensor is used in every step
     )
 
 
 def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer=None) -> TrainResult:
-    """Run one training stage; ``model``/``tokenizer`` override loading (tests, notebooks)."""
+    """Run one training stage; a given base ``model``/``tokenizer`` replaces ``cfg.model``
+    (tests, notebooks); it is wrapped with LoRA as a loaded one would be."""
     resume_from = checkpoint_to_resume(cfg)
     examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
-    if model is None:
-        model, tokenizer = build_model(cfg)
+    model, tokenizer = build_model(cfg, model, tokenizer)
     check_length(model.config, cfg.max_length)
     from ..api import SetLLM
 
@@ -119,7 +135,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
     for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
         print(f"setllm train: {line}", file=sys.stderr)
     trainer = make_trainer(cfg, lm, features, callbacks)
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    with _library_deprecations_hidden():
+        output = trainer.train(resume_from_checkpoint=resume_from)
     save(cfg, trainer, tokenizer, len(features), output)
     return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer), output.metrics.get("train_runtime", 0.0), trainer.tokens_seen)
 
@@ -149,8 +166,8 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     (out / "training_args.bin").unlink(missing_ok=True)  # a pickle; loaders here refuse pickles
     if cfg.full_finetune:
         tokenizer.save_pretrained(out)
-    else:
-        _set_adapter_base(out, cfg.model or DEFAULT_MODEL)
+    elif cfg.model is None:
+        _set_adapter_base(out, DEFAULT_MODEL)
     summary = {
         "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer),
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
@@ -160,7 +177,7 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
 
 
 def _set_adapter_base(out: Path, base: str) -> None:
-    """Record the model the user named, not a local cache path, as the adapter's base."""
+    """The embedded model loads from a machine-local cache path: record its name instead."""
     import json
 
     path = out / "adapter_config.json"
@@ -175,4 +192,23 @@ def _final_loss(trainer) -> float | None:
     return losses[-1] if losses else None
 
 
-__all__ = ["METADATA_FILE", "TrainResult", "build_model", "train"]
+__all__ = ["TrainResult", "build_model", "export_adapter", "train"]
+
+
+def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Path:
+    """Copy what loading needs (adapter config, weights, setllm.json) to ``dest``, the weights
+    cast to ``dtype`` (bf16 halves the size; LoRA deltas are small, so the loss is in the
+    low bits): no checkpoints, no pickles, no generated model card."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src, dest = Path(src), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_config.json", METADATA_FILE):
+        shutil.copyfile(src / name, dest / name)
+    weights = load_file(src / "adapter_model.safetensors")
+    cast = {"bf16": torch.bfloat16, "float32": torch.float32}[dtype]
+    save_file({k: v.to(cast).contiguous() for k, v in weights.items()}, dest / "adapter_model.safetensors", metadata={"format": "pt"})
+    (dest / "adapter_model.safetensors").chmod(0o644)  # package data: readable by every user
+    return dest

@@ -79,6 +79,9 @@ class SetLLMTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self.tokens_seen = 0
         self._tokens_at_log, self._time_at_log = 0, time.perf_counter()
+        clock = TokenClock()
+        clock.trainer = self
+        self.add_callback(clock)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inner = self.accelerator.unwrap_model(model)
@@ -98,6 +101,15 @@ class SetLLMTrainer(Trainer):
             logs["tokens_per_s"] = round((self.tokens_seen - self._tokens_at_log) / max(now - self._time_at_log, 1e-9), 1)
             self._tokens_at_log, self._time_at_log = self.tokens_seen, now
         super().log(logs, start_time)
+
+
+class TokenClock(TrainerCallback):
+    """Starts the tokens/s clock when training starts, not when the Trainer is built."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            trainer._tokens_at_log, trainer._time_at_log = trainer.tokens_seen, time.perf_counter()
 
 
 class JsonlLogCallback(TrainerCallback):

@@ -1,0 +1,302 @@
+"""``setllm train`` on tiny random models: loss, masks, resume, saving, errors.
+
+Data comes from ``tests/fixtures/train`` (see its README for sources).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny import tiny_model, tiny_tokenizer
+from transformers import TrainerCallback
+
+from setllm.api import SetLLM
+from setllm.batch import collate
+from setllm.cli import main
+from setllm.data import DataError
+from setllm.prompt import Set, as_prompt
+from setllm.runtime import attention_mask
+from setllm.training import TrainConfig, train
+from setllm.training.collator import IGNORE, SetCollator, featurize, response_ids
+from setllm.training.data import Example, load_examples
+from setllm.training.run import export_adapter
+from setllm.training.trainer import set_llm_loss
+from setllm.variants import VARIANTS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "train"
+USER_JSONL = str(FIXTURES / "prompt_response.jsonl")
+MIX = f"arc_challenge,piqa,commonsense_qa,social_iqa,ultrafeedback,{USER_JSONL}"
+
+
+def config(out, **overrides) -> TrainConfig:
+    # alpha 16 and a large lr: a random 2-layer model needs a big push to move in 6 steps.
+    base = dict(data=MIX, data_dir=str(FIXTURES), out=str(out), max_steps=6, batch_size=4, lr=1e-2, lora_alpha=16,
+                max_length=256, logging_steps=1, save_steps=3, progress=False)
+    return TrainConfig(**{**base, **overrides})
+
+
+def lm_for(variant="setmask-setpe", seed=0) -> SetLLM:
+    return SetLLM(tiny_model(seed=seed), tiny_tokenizer(), variant)
+
+
+def batch_for(lm: SetLLM, examples) -> dict:
+    feats, _ = featurize(lm, examples, 256)
+    return SetCollator(lm.variant.positions, lm.pad_id)(feats)
+
+
+PARIS = Example(as_prompt(["Question: Which city is the capital of France?\n\nChoices:\n", Set(["Budapest\n", "Paris\n", "Zurich\n"]), "Answer:"]),
+                "Paris", "literal")
+FRUIT = Example(as_prompt(["Pick:\n", Set(["apple\n", "rocks\n"]), "Answer:"]), "apple", "literal2")
+
+
+def test_only_response_tokens_carry_loss():
+    lm = lm_for()
+    batch = batch_for(lm, [PARIS, FRUIT])  # different lengths: FRUIT is left-padded
+    labels, ids = batch["labels"], batch["input_ids"]
+    eos = lm.tokenizer.eos_token_id
+    resp = lm.encoder.tokenize(" Paris") + [eos]  # a space after "Answer:", then EOS
+    assert labels[0, -len(resp):].tolist() == resp
+    assert (labels[0, : -len(resp)] == IGNORE).all()  # the whole prompt
+    n_fruit = len(lm.encoder.tokenize(" apple")) + 1
+    assert (labels[1, : -n_fruit] == IGNORE).all() and (labels[1, -n_fruit:] == ids[1, -n_fruit:]).all()
+    assert not batch["valid"][1, 0]  # padding sits on the left and carries no label
+    # The loss equals cross-entropy over exactly those tokens, from full-sequence logits.
+    with torch.no_grad():
+        loss, _ = set_llm_loss(lm.model, lm.variant, batch)
+        manual = []
+        for ex in (PARIS, FRUIT):
+            r = response_ids(lm, ex)
+            full = torch.cat([torch.tensor(lm.encode(ex.prompt).input_ids), torch.tensor(r)])
+            logits = lm_logits_with_eos(lm, ex, r)  # [N, V]: the inference path, one unpadded row
+            manual.append(torch.nn.functional.cross_entropy(logits[-len(r) - 1 : -1], full[-len(r):], reduction="sum"))
+        expected = sum(manual) / (len(resp) + n_fruit)
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+
+
+def lm_logits_with_eos(lm: SetLLM, ex: Example, resp: list[int]) -> torch.Tensor:
+    """Inference-path logits over prompt + response ids (EOS included), one unpadded row."""
+    from setllm.runtime import forward
+
+    b = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[resp])
+    return forward(lm.model, lm.variant, b.input_ids, b.position_ids, b.layout).logits[0]
+
+
+def test_logits_only_for_response_changes_nothing():
+    lm = lm_for()
+    batch = batch_for(lm, [PARIS, FRUIT])
+    with torch.no_grad():
+        kept, out_kept = set_llm_loss(lm.model, lm.variant, batch, logits_only_for_response=True)
+        full, out_full = set_llm_loss(lm.model, lm.variant, batch, logits_only_for_response=False)
+    torch.testing.assert_close(kept, full)
+    assert out_kept.logits.shape[1] < out_full.logits.shape[1] // 4  # few columns of logits, not all
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_collator_matches_inference_encoder(variant):
+    """Training rows (left-padded in a batch) get the inference encoder's positions and mask,
+    so the model computes the same logits for them."""
+    lm = lm_for(variant)
+    batch = batch_for(lm, [FRUIT, PARIS])
+    for row, ex in enumerate([FRUIT, PARIS]):
+        ref = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[response_ids(lm, ex)])
+        n = ref.input_ids.shape[1]
+        assert batch["input_ids"][row, -n:].tolist() == ref.input_ids[0].tolist()
+        assert batch["position_ids"][row, -n:].tolist() == ref.position_ids[0].tolist()
+        for name in ("valid", "is_prompt", "set_ids", "element_ids"):
+            assert batch[name][row, -n:].tolist() == getattr(ref.layout, name)[0].tolist()
+        from setllm.training.collator import layout_of
+
+        train_mask = attention_mask(lm.model, lm.variant, layout_of(batch), batch["input_ids"].shape[1])
+        ref_mask = attention_mask(lm.model, lm.variant, ref.layout, n)
+        assert torch.equal(train_mask[row, :, -n:, -n:], ref_mask[0])
+        with torch.no_grad():
+            got = lm_logits_batch(lm, batch)[row, -n:]
+            want = lm_logits_with_eos(lm, ex, response_ids(lm, ex))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def lm_logits_batch(lm, batch):
+    from setllm.runtime import forward
+    from setllm.training.collator import layout_of
+
+    return forward(lm.model, lm.variant, batch["input_ids"], batch["position_ids"], layout_of(batch)).logits
+
+
+def loss_on(model, tokenizer, spec: str) -> float:
+    lm = SetLLM(model, tokenizer)
+    examples, _ = load_examples([spec])
+    with torch.no_grad():
+        return float(set_llm_loss(lm.model, lm.variant, batch_for(lm, examples))[0])
+
+
+def test_a_few_steps_lower_the_loss(tmp_path):
+    model, tok = tiny_model(), tiny_tokenizer()
+    before = loss_on(model, tok, USER_JSONL)
+    result = train(config(tmp_path / "run", data=USER_JSONL, max_steps=8, lr=3e-2), model=model, tokenizer=tok)
+    after = loss_on(model, tok, USER_JSONL)
+    assert result.steps == 8 and after < before - 0.4, (before, after)  # measured: 6.07 -> 5.33
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == list(range(1, 9))
+    assert all(r["tokens_per_s"] > 0 and r["tokens"] > 0 for r in log if "loss" in r)
+
+
+class StopAt(TrainerCallback):
+    """Simulates a kill right after the checkpoint at ``step``."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+    train(config(tmp_path / "a"), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "b"), callbacks=[StopAt(3)], model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert (tmp_path / "b" / "checkpoint-3").is_dir()
+    # A fresh process builds the model again: resume must not depend on the new LoRA init.
+    model = tiny_model()
+    torch.manual_seed(123)
+    result = train(config(tmp_path / "b", resume=True), model=model, tokenizer=tiny_tokenizer())
+    assert result.steps == 6
+    a, b = load_file(tmp_path / "a" / "adapter_model.safetensors"), load_file(tmp_path / "b" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_gradient_accumulation_matches_the_big_batch(tmp_path):
+    """2 x 2 accumulated = one batch of 4: the loss is divided by the response tokens of the
+    whole accumulated batch, so every token weighs the same either way."""
+    train(config(tmp_path / "big", max_steps=3, batch_size=4), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "acc", max_steps=3, batch_size=2, grad_accum=2), model=tiny_model(), tokenizer=tiny_tokenizer())
+    big, acc = load_file(tmp_path / "big" / "adapter_model.safetensors"), load_file(tmp_path / "acc" / "adapter_model.safetensors")
+    for key in big:
+        torch.testing.assert_close(acc[key], big[key], atol=1e-5, rtol=1e-4)
+
+
+def test_saved_adapter_reloads_with_its_variant(tmp_path):
+    base = tmp_path / "base"
+    tiny_model().save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    model, tok = tiny_model(), tiny_tokenizer()
+    cfg = config(tmp_path / "run", model=str(base), variant="prefix-setpe", max_steps=3)
+    train(cfg, model=model, tokenizer=tok)
+    meta = json.loads((tmp_path / "run" / "setllm.json").read_text())
+    assert meta["variant"] == "prefix-setpe" and meta["base_model"] == str(base) and meta["template"] == "modified"
+    assert (tmp_path / "run" / "adapter_model.safetensors").exists() and not (tmp_path / "run" / "training_args.bin").exists()
+    model.eval()
+    with torch.no_grad():
+        want = SetLLM(model, tok, "prefix-setpe").logits(PARIS.prompt, "Paris")
+    reloaded = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"))
+    assert reloaded.variant.name == "prefix-setpe"  # from setllm.json, not the default
+    torch.testing.assert_close(reloaded.logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
+    from peft import PeftModel  # plain PEFT loads the same weights
+
+    plain = PeftModel.from_pretrained(tiny_model(), str(tmp_path / "run"))
+    with torch.no_grad():
+        torch.testing.assert_close(SetLLM(plain, tok, "prefix-setpe").logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
+    # The shipped form: three files, bf16 weights, same variant, logits equal to bf16 rounding.
+    shipped = export_adapter(tmp_path / "run", tmp_path / "shipped")
+    assert sorted(p.name for p in shipped.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "setllm.json"]
+    assert {t.dtype for t in load_file(shipped / "adapter_model.safetensors").values()} == {torch.bfloat16}
+    lm = SetLLM.from_pretrained(str(base), adapter=str(shipped))
+    assert lm.variant.name == "prefix-setpe"
+    torch.testing.assert_close(lm.logits(PARIS.prompt, "Paris"), want, atol=2e-2, rtol=0)
+
+
+def test_full_finetune_saves_a_loadable_model(tmp_path):
+    model, tok = tiny_model(), tiny_tokenizer()
+    train(config(tmp_path / "full", full_finetune=True, max_steps=2), model=model, tokenizer=tok)
+    saved = tmp_path / "full"
+    assert (saved / "model.safetensors").exists() and (saved / "tokenizer.json").exists()
+    assert json.loads((saved / "setllm.json").read_text())["training"]["config"]["full_finetune"] is True
+    model.eval()
+    with torch.no_grad():
+        want = SetLLM(model, tok).logits(PARIS.prompt, "Paris")
+    torch.testing.assert_close(SetLLM.from_pretrained(str(saved)).logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_stage_two_continues_the_adapter(tmp_path):
+    train(config(tmp_path / "ultra", data="ultrafeedback", max_steps=2), model=tiny_model(), tokenizer=tiny_tokenizer())
+    stage1 = load_file(tmp_path / "ultra" / "adapter_model.safetensors")
+    # A tiny lr: stage 2 must start from stage 1's weights (a fresh LoRA B would be zero).
+    train(config(tmp_path / "arc", data="arc_challenge", init_adapter=str(tmp_path / "ultra"), max_steps=2, lr=1e-6),
+          model=tiny_model(), tokenizer=tiny_tokenizer())
+    stage2 = load_file(tmp_path / "arc" / "adapter_model.safetensors")
+    assert stage1.keys() == stage2.keys()
+    lora_b = [k for k in stage1 if "lora_B" in k]
+    assert lora_b and all(stage1[k].abs().max() > 1e-3 for k in lora_b)
+    for key in stage1:
+        torch.testing.assert_close(stage2[key], stage1[key], atol=1e-4, rtol=0)
+    assert any(not torch.equal(stage1[k], stage2[k]) for k in stage1)  # and it did train
+    assert json.loads((tmp_path / "arc" / "setllm.json").read_text())["training"]["config"]["init_adapter"] == str(tmp_path / "ultra")
+
+
+def test_benchmark_examples_use_the_evaluation_template():
+    """Training renders each benchmark exactly as ``setllm eval --template modified`` asks."""
+    from setllm.evaluation.tasks import get_task
+
+    examples, _ = load_examples(["social_iqa:1", "arc_challenge:1"], str(FIXTURES))
+    siqa, arc = examples
+    assert siqa.prompt.segments[0].startswith("Question: Given the context, answer correctly the question.\nContext: Cameron")
+    assert siqa.response == "like attending" and siqa.prompt.sets[0].elements[0] == "like attending\n"
+    record = json.loads((FIXTURES / "arc_challenge" / "train.jsonl").read_text().splitlines()[0])
+    from setllm.data import parse_record
+
+    rendered = get_task("arc_challenge").modified.render(parse_record(record, "x"), tuple(range(len(record["choices"]))))
+    assert arc.prompt == rendered.prompt and arc.response == record["choices"][record["label"]]
+
+
+def test_overlong_policy_is_counted():
+    lm = lm_for()
+    long = Example(as_prompt(["Question: " + "apple banana " * 10 + "\nAnswer:"]), "cherry date " * 40, "long")
+    feats, report = featurize(lm, [PARIS, long], max_length=120, overlong="truncate", min_response_tokens=4)
+    assert report.truncated == 1 and report.kept == 2 and len(feats[1]["input_ids"]) == 120
+    feats, report = featurize(lm, [PARIS, long], max_length=120, overlong="skip")
+    assert report.kept == 1 and len(report.skipped) == 1 and "long:" in report.skipped[0]
+
+
+def test_bad_records_name_file_and_line():
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: prompt\[1\]: empty set"):
+        load_examples([str(FIXTURES / "bad.jsonl")])
+    examples, report = load_examples([str(FIXTURES / "bad.jsonl")], skip_bad=True)
+    assert len(examples) == 2 and len(report.skipped[str(FIXTURES / "bad.jsonl")]) == 3
+    assert "3 bad records skipped" in report.lines()[0]
+    with pytest.raises(DataError, match="unknown data spec 'mmlu'"):
+        load_examples(["mmlu"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(data=""), "no training data"),
+    (dict(lr=0), "--lr must be in"),
+    (dict(batch_size=0), "--batch-size must be at least 1"),
+    (dict(variant="setmask"), "unknown variant"),
+    (dict(init_adapter="/nonexistent"), "no adapter_config.json"),
+    (dict(overlong="cut"), "--overlong must be one of"),
+])
+def test_bad_config_is_a_clear_error(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(tmp_path, **overrides)
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("data: arc_challenge\nout: x\nlearning_rate: 0.1\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {bad}: unknown config keys ['learning_rate']"
+    assert main(["train", "--data", str(FIXTURES / "bad.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "bad.jsonl:2" in err[0]
+
+
+def test_resume_needs_a_checkpoint_and_fresh_runs_refuse_old_ones(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint-"):
+        train(config(tmp_path / "none", resume=True), model=tiny_model(), tokenizer=tiny_tokenizer())
+    (tmp_path / "old" / "checkpoint-3").mkdir(parents=True)
+    with pytest.raises(ValueError, match="--resume to continue"):
+        train(config(tmp_path / "old"), model=tiny_model(), tokenizer=tiny_tokenizer())
+
