@@ -31,8 +31,8 @@ ALL_MODES=single,random,adversarial,majority
 # CommonsenseQA has 5! = 120 orderings; the paper tested the first 24 in lexicographic order.
 orderings_for() { [ "$1" = commonsense_qa ] && echo "--max-orderings 24 --ordering-choice first" || true; }
 
-# export DATASET TEMPLATE: the train split rendered exactly as `setllm eval` asks (the built-in
-# `--data social_iqa` spec of `setllm train` words SIQA differently from the paper's template).
+# export DATASET TEMPLATE: the train split rendered exactly as `setllm eval` asks, for either
+# template (the built-in `--data NAME` spec of `setllm train` renders the modified one only).
 export_train() {
   local f="$RUNS/data/$1-$2-train.jsonl"
   [ -s "$f" ] || python -m setllm.evaluation.export --dataset "$1" --template "$2" --data-dir "$DATA" \

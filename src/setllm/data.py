@@ -82,10 +82,14 @@ def parse_record(obj: object, where: str, require_label: bool = True) -> MCRecor
     return MCRecord(str(obj.get("id", where)), obj["question"], tuple(choices), label, context or None)
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[str, object]]:
-    """Yield ``("file:line", parsed object)`` for each non-blank line."""
+def iter_jsonl(path: str | Path, errors: str = "raise") -> Iterator[tuple[str, object]]:
+    """Yield ``("file:line", parsed object)`` for each non-blank line.
+
+    A malformed line raises :class:`DataError`, or with ``errors="yield"`` is yielded as
+    that error so the caller can count and skip it.
+    """
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise DataError(f"{path}: no such file")
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -95,7 +99,10 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[str, object]]:
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"{where}: malformed JSON ({e.msg})") from None
+                error = DataError(f"{where}: malformed JSON ({e.msg})")
+                if errors != "yield":
+                    raise error from None
+                yield where, error
 
 
 def read_mc_jsonl(path: str | Path, require_label: bool = True) -> list[MCRecord]:

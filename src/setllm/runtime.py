@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import torch
 
 from .masks import TokenLayout, render, variant_mask
 from .variants import Variant

@@ -16,13 +16,12 @@ Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from ..data import BENCHMARKS, DataError, parse_record, subset
+from ..data import BENCHMARKS, DataError, iter_jsonl, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
 
 ULTRAFEEDBACK = "ultrafeedback"
@@ -99,7 +98,7 @@ def prompt_response_example(obj: object, where: str) -> Example:
 def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad: bool, skipped: list[str]) -> list[Example]:
     """Parse every line of a JSONL file; bad lines raise, or are appended to ``skipped``."""
     out = []
-    for where, obj in _lines(path):
+    for where, obj in iter_jsonl(path, errors="yield"):
         try:
             if isinstance(obj, DataError):
                 raise obj
@@ -109,21 +108,6 @@ def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad:
                 raise
             skipped.append(str(e))
     return out
-
-
-def _lines(path: Path) -> Iterator[tuple[str, object]]:
-    """``(file:line, object)``; a malformed line yields its DataError so the caller decides."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield where, DataError(f"{where}: malformed JSON ({e.msg})")
 
 
 def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable[[object, str], Example]]:

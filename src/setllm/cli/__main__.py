@@ -1,0 +1,3 @@
+from setllm.cli import main
+
+raise SystemExit(main())
