@@ -106,7 +106,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print()
     for name, answers in (("base model", base), ("Set-LLM", setllm)):
         top = max(set(answers), key=answers.count)
-        print(f"{name}: {len(set(answers))} distinct answers; differs from its most common answer ({top}) in {sum(a != top for a in answers)} of {len(answers)} orderings")
+        n = len(set(answers))
+        print(f"{name}: {n} distinct answer{'s' if n != 1 else ''}; differs from its most common answer ({top}) "
+              f"in {sum(a != top for a in answers)} of {len(answers)} orderings")
     return 0
 
 
