@@ -15,7 +15,7 @@ from .batch import collate
 from .encoding import EncodedPrompt, PromptEncoder
 from .loading import AdapterInfo, load_model
 from .prompt import PromptError, PromptLike, as_prompt
-from .runtime import check_model, forward
+from .runtime import check_model, context_length, forward
 from .templates import mc_prompt, options_of, response_text
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
@@ -86,7 +86,7 @@ class SetLLM:
         """Tokenize a prompt (canonical element order in exact mode) and check its length."""
         prompt = as_prompt(prompt)
         enc = self.encoder.encode(prompt.canonical() if self.exact else prompt)
-        limit = _context_length(self.model.config)
+        limit = context_length(self.model.config)
         if limit is not None and len(enc) >= limit:
             raise PromptError(f"prompt is {len(enc)} tokens, longer than the model's context ({limit} tokens)")
         return enc
@@ -159,6 +159,3 @@ def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choi
     best = max(range(len(scores)), key=lambda i: key(scores[i]))
     return Choice(scores[best].text, best, list(scores))
 
-
-def _context_length(config) -> int | None:
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)

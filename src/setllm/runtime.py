@@ -60,9 +60,14 @@ def check_length(config, length: int) -> None:
             f"sequence of {length} tokens is longer than the model's sliding attention window ({window}); "
             "the window would cut set elements unevenly and break order invariance"
         )
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    limit = context_length(config)
     if limit is not None and length > limit:
         raise ValueError(f"sequence of {length} tokens is longer than the model's context ({limit} tokens)")
+
+
+def context_length(config) -> int | None:
+    """Most tokens the model takes (gpt2 names it ``n_positions``)."""
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
 def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
