@@ -25,6 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 
+# Print each command before running it, so a log shows exactly what produced a number.
+log_cmd() { printf '+ %s\n' "$*" >&2; "$@"; }
+
 DATASETS=(piqa arc_challenge commonsense_qa social_iqa)
 ALL_MODES=single,random,adversarial,majority
 
@@ -45,7 +48,7 @@ train() {
   local out=$1 variant=$2 data=$3 init=${4:-}
   [ -f "$out/adapter_model.safetensors" ] && return 0
   local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-  setllm train --data "$data" --data-dir "$DATA" --variant "$variant" --lr "$LR" --epochs "$EPOCHS" \
+  log_cmd setllm train --data "$data" --data-dir "$DATA" --variant "$variant" --lr "$LR" --epochs "$EPOCHS" \
     --batch-size 8 --max-length 256 --seed 42 --sample-seed 42 --out "$out" ${init:+--init-adapter "$init"} "${resume[@]}"
 }
 
@@ -58,7 +61,7 @@ ultra() {  # the "Ultra" stage for a variant: UltraFeedback instruction tuning
 evaluate() {
   local out=$1 ds=$2 adapter=$3 variant=$4 template=$5 modes=$6 label=$7; shift 7
   # shellcheck disable=SC2046
-  setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed 0 --adapter "$adapter" \
+  log_cmd setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed 0 --adapter "$adapter" \
     --variant "$variant" --template "$template" --modes "$modes" --label "$label" --seed 0 \
     $(orderings_for "$ds") --out "$out" "$@"
 }
@@ -132,5 +135,8 @@ table_d() {  # out of distribution: the Ultra-finetuned adapters of table A on t
 case "${1:-all}" in
   A) table_a ;; B) table_b ;; C) table_c ;; D) table_d ;;
   all) table_a; table_b; table_c; table_d ;;
-  *) echo "usage: $0 [A|B|C|D|all]" >&2; exit 2 ;;
+  # One piece at a time, e.g. `reproduce.sh step evaluate OUT DS ADAPTER VARIANT TEMPLATE MODES LABEL`
+  # or `reproduce.sh step train OUT VARIANT "$(reproduce.sh step export_train DS modified)"`.
+  step) shift; "$@" ;;
+  *) echo "usage: $0 [A|B|C|D|all|step FUNCTION ARGS...]" >&2; exit 2 ;;
 esac

@@ -166,6 +166,9 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert result.steps == 6
     a, b = load_file(tmp_path / "a" / "adapter_model.safetensors"), load_file(tmp_path / "b" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # The log's token count is cumulative across the restart, not reset to 0.
+    tokens = [[json.loads(line).get("tokens") for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines()] for run in "ab"]
+    assert [t for t in tokens[1] if t] and [t for t in tokens[1] if t][-1] == [t for t in tokens[0] if t][-1]
 
 
 def test_gradient_accumulation_matches_the_big_batch(tmp_path):

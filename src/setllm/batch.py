@@ -35,7 +35,7 @@ def collate(
 ) -> Batch:
     """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally."""
     responses = responses if responses is not None else [[] for _ in prompts]
-    rows = [_row(p, r, positions) for p, r in zip(prompts, responses)]
+    rows, next_pos = zip(*(_row(p, r, positions) for p, r in zip(prompts, responses)))
     n = max(len(r[0]) for r in rows)
     fields = [[], [], [], [], [], []]
     for ids, pos, valid, is_prompt, sets, elems in rows:
@@ -43,16 +43,17 @@ def collate(
         for out, values, fill in zip(fields, (ids, pos, valid, is_prompt, sets, elems), (pad_id, 0, False, False, NOT_IN_SET, NOT_IN_SET)):
             out.append([fill] * pad + values if padding_side == "left" else values + [fill] * pad)
     ids, pos, valid, is_prompt, sets, elems = (torch.tensor(f) for f in fields)
-    next_pos = torch.tensor([p.positions(positions)[1] + (len(r) if positions != "nope" else 0) for p, r in zip(prompts, responses)])
-    return Batch(ids, pos, TokenLayout(valid, is_prompt, sets, elems), next_pos)
+    return Batch(ids, pos, TokenLayout(valid, is_prompt, sets, elems), torch.tensor(next_pos))
 
 
 def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
+    """One row's fields (ids, positions, valid, is_prompt, set ids, element ids) and next position."""
     pos, start = prompt.positions(scheme)
-    # The response continues after the prompt; under NoPE every position is 0.
-    resp_pos = [0] * len(response) if scheme == "nope" else list(range(start, start + len(response)))
     n_p, n_r = len(prompt), len(response)
-    return (
+    # The response continues after the prompt; under NoPE every position is 0.
+    resp_pos = [0] * n_r if scheme == "nope" else list(range(start, start + n_r))
+    next_pos = start if scheme == "nope" else start + n_r
+    fields = (
         prompt.input_ids + list(response),
         pos + resp_pos,
         [True] * (n_p + n_r),
@@ -60,6 +61,7 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
         prompt.set_ids + [NOT_IN_SET] * n_r,
         prompt.element_ids + [NOT_IN_SET] * n_r,
     )
+    return fields, next_pos
 
 
 def continuation_layout(valid: torch.Tensor) -> TokenLayout:

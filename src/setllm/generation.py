@@ -89,14 +89,17 @@ def generate(model, tokenizer, variant: Variant, batch: Batch, config: Generatio
     stop_ids = _eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
+    stopped = [False] * len(tokens)
     for token, done in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
         for row, (t, d) in enumerate(zip(token.tolist(), done.tolist())):
             if not d:
                 tokens[row].append(t)
         if on_token is not None:
             on_token()
-        if config.stop and all(_hit_stop(tokenizer, t, config.stop, stop_ids) for t in tokens):
-            break
+        if config.stop:
+            stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
+            if all(stopped):
+                break
     return [_finish(tokenizer, t, config.stop, stop_ids) for t in tokens]
 
 
@@ -107,9 +110,15 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 def _hit_stop(tokenizer, tokens: list[int], stop: Sequence[str], stop_ids: set[int]) -> bool:
+    """Whether the newest token ends the row: an EOS id, or a stop string completed by it.
+
+    Called after every token, so only the tail that the newest token can complete is
+    decoded (a character may take up to 4 byte-fallback tokens), not the whole text.
+    """
     if tokens and tokens[-1] in stop_ids:
         return True
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    tail = tokens[-(4 * max(map(len, stop)) + 4) :]
+    text = tokenizer.decode(tail, skip_special_tokens=True)
     return any(s in text for s in stop)
 
 

@@ -63,8 +63,7 @@ def embedded_model_dir(progress: bool = True) -> Path:
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # A gguf-loaded model cannot save_pretrained; a fresh model of the same config can.
     config = quantized.config
-    config.quantization_config = None
-    del config.quantization_config
+    config.__dict__.pop("quantization_config", None)  # a plain fp32 model, saved as safetensors
     plain = type(quantized)(config)
     plain.load_state_dict(quantized.state_dict())
     plain.generation_config = quantized.generation_config

@@ -104,12 +104,33 @@ class SetLLMTrainer(Trainer):
 
 
 class TokenClock(TrainerCallback):
-    """Starts the tokens/s clock when training starts, not when the Trainer is built."""
+    """Starts the tokens/s clock when training starts, not when the Trainer is built.
+
+    On ``--resume`` the token count carries on from the checkpoint's step (read back from
+    the JSONL log), so the log's ``tokens`` column stays cumulative across restarts.
+    """
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         trainer = getattr(self, "trainer", None)
-        if trainer is not None:
-            trainer._tokens_at_log, trainer._time_at_log = trainer.tokens_seen, time.perf_counter()
+        if trainer is None:
+            return
+        if state.global_step > 0:
+            trainer.tokens_seen = tokens_logged_by(Path(args.output_dir) / LOG_FILE, state.global_step)
+        trainer._tokens_at_log, trainer._time_at_log = trainer.tokens_seen, time.perf_counter()
+
+
+def tokens_logged_by(log: Path, step: int) -> int:
+    """The cumulative token count of the last log line at or before ``step`` (0 if none).
+
+    A killed run may have logged steps past its last checkpoint; those are ignored.
+    """
+    tokens = 0
+    if log.exists():
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if "tokens" in entry and entry.get("step", step + 1) <= step:
+                tokens = entry["tokens"]
+    return tokens
 
 
 class JsonlLogCallback(TrainerCallback):
