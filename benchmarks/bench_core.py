@@ -5,8 +5,10 @@
 (c) Majority vote over all k! orderings (base model) vs one Set-LLM run.
 (d) A long prompt (32 documents x 128 tokens as one set): dense sdpa masks vs a flex BlockMask,
     memory of the mask and time of one attention op with SmolLM2's shapes.
+(e) Scoring with the shipped LoRA adapter kept as a PEFT wrapper vs merged into the weights
+    (what ``load_model`` does), and the largest change in an option's log-likelihood.
 
-Usage: python benchmarks/bench_core.py [--data-dir ../shared/data] [--n 16] [--repeats 3]
+Usage: python benchmarks/bench_core.py [--data-dir ../shared/data] [--n 16] [--repeats 3] [--parts a,b,c,d,e]
 Prints a markdown report; ``--json FILE`` also writes the raw numbers.
 """
 
@@ -23,6 +25,8 @@ import torch
 
 from setllm import SetLLM, mc_prompt
 from setllm.data import load_benchmark
+from setllm.api import default_adapter
+from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 
 
@@ -70,6 +74,15 @@ def bench_majority(lm: SetLLM, prompts, options, repeats):
     t = alternate({"setllm_one_run": lambda: lm.score(prompts, options),
                    "majority_vote_24_orderings": lambda: base.score(all_prompts, all_options)}, repeats)
     return {**t, "orderings": len(orders), "ratio_majority_over_setllm": t["majority_vote_24_orderings"] / t["setllm_one_run"]}
+
+
+def bench_adapter_merge(prompts, options, repeats):
+    base, tok = load_model(None)
+    wrapped = SetLLM(load_adapter(base, str(default_adapter()), merge=False), tok, batch_size=8)
+    merged = SetLLM(load_model(None, str(default_adapter()))[0], tok, batch_size=8)
+    t = alternate({"peft_wrapper": lambda: wrapped.score(prompts, options), "merged": lambda: merged.score(prompts, options)}, repeats)
+    diff = max(abs(a.logprob - b.logprob) for pa, pb in zip(wrapped.score(prompts, options), merged.score(prompts, options)) for a, b in zip(pa, pb))
+    return {**t, "speedup": t["peft_wrapper"] / t["merged"], "max_abs_logprob_diff": diff}
 
 
 def long_layout(docs: int, doc_tokens: int, head: int = 16, tail: int = 8) -> TokenLayout:
@@ -125,17 +138,21 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=32)
     ap.add_argument("--doc-tokens", type=int, default=128)
     ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument("--parts", default="a,b,c,d,e", help="which measurements to run (comma-separated letters)")
     args = ap.parse_args()
     torch.manual_seed(0)
     lm = SetLLM.from_pretrained(adapter=None, batch_size=8)  # same weights for every variant
     prompts, options = questions(args.data_dir, args.n)
-    report = {
-        "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32",
-        "a_setllm_vs_base_scoring": bench_variants(lm, prompts, options, args.repeats),
-        "b_kv_reuse_vs_full_forwards": bench_kv_reuse(lm, prompts, options, args.repeats),
-        "c_majority_vote_vs_setllm": bench_majority(lm, prompts[: args.n_majority], options[: args.n_majority], args.repeats),
-        "d_long_prompt_masks": bench_long_mask(lm.model.config, args.docs, args.doc_tokens, args.repeats),
+    parts = {
+        "a_setllm_vs_base_scoring": lambda: bench_variants(lm, prompts, options, args.repeats),
+        "b_kv_reuse_vs_full_forwards": lambda: bench_kv_reuse(lm, prompts, options, args.repeats),
+        "c_majority_vote_vs_setllm": lambda: bench_majority(lm, prompts[: args.n_majority], options[: args.n_majority], args.repeats),
+        "d_long_prompt_masks": lambda: bench_long_mask(lm.model.config, args.docs, args.doc_tokens, args.repeats),
+        "e_adapter_wrapper_vs_merged": lambda: bench_adapter_merge(prompts, options, args.repeats),
     }
+    wanted = set(args.parts.split(","))
+    report = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32"}
+    report.update({name: run() for name, run in parts.items() if name[0] in wanted})
     print(json.dumps(report, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -108,12 +108,13 @@ table_b() {  # the paper's Table 2 / 14 ablation, without the Ultra stage, on AR
 }
 
 table_c() {  # runtime of the ARC runs of table A: runtime_s and runs per question, per mode
-  local e="$RUNS/eval/A/arc_challenge"
-  [ -f "$e/setmask-ultra-finetuned/summary.json" ] || table_a
-  setllm report "$e/causal-ultra-finetuned" "$e/setmask-ultra-finetuned" --no-plots --markdown "$RUNS/report/table_c.md"
-  python - "$e" <<'PY'
+  # ULTRA=-ultra compares the Ultra-finetuned runs instead (the paper's Table 21 rows).
+  local e="$RUNS/eval/A/arc_challenge" u=${ULTRA:-}
+  [ -f "$e/setmask$u-finetuned/summary.json" ] || table_a
+  setllm report "$e/causal$u-finetuned" "$e/setmask$u-finetuned" --no-plots --markdown "$RUNS/report/table_c.md"
+  python - "$e" "causal$u-finetuned" "setmask$u-finetuned" <<'PY'
 import json, sys
-for run in ("causal-ultra-finetuned", "setmask-ultra-finetuned"):
+for run in sys.argv[2:]:
     s = json.load(open(f"{sys.argv[1]}/{run}/summary.json"))
     print(run, "runtime_s", s["runtime_s"], "runs/question", s["runs_per_question"], "peak MB", s["peak_memory_mb"], s["memory_measure"])
 PY

@@ -196,6 +196,7 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
         want = SetLLM(model, tok, "prefix-setpe").logits(PARIS.prompt, "Paris")
     reloaded = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"))
     assert reloaded.variant.name == "prefix-setpe"  # from setllm.json, not the default
+    assert not hasattr(reloaded.model, "peft_config")  # LoRA merged into the weights for inference
     torch.testing.assert_close(reloaded.logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
     from peft import PeftModel  # plain PEFT loads the same weights
 

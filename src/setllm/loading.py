@@ -138,8 +138,14 @@ def load_model(
     return net, tokenizer
 
 
-def load_adapter(model, adapter: str, allow_pickle: bool = False):
-    """Put a local PEFT adapter on ``model`` (safetensors only unless ``allow_pickle``)."""
+def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = True):
+    """Put a local PEFT adapter on ``model`` (safetensors only unless ``allow_pickle``).
+
+    ``merge`` folds the LoRA weights into the base weights: inference then runs a plain
+    transformers model (the same function up to float rounding, ~1e-5 in summed
+    log-likelihoods; ``benchmarks/bench_core.py --parts e`` measures time and difference).
+    ``merge=False`` keeps the PEFT wrapper.
+    """
     adir = Path(adapter)
     if not (adir / "adapter_config.json").exists():
         raise ModelLoadError(f"adapter {adapter!r}: no adapter_config.json there (expected a PEFT adapter directory)")
@@ -149,7 +155,8 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False):
         from peft import PeftModel
     except ImportError:
         raise ModelLoadError("loading an adapter needs peft: pip install 'setllm[peft]'") from None
-    return PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+    peft_model = PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+    return peft_model.merge_and_unload() if merge else peft_model
 
 
 def _explain_load_error(path: str, e: Exception) -> str:
