@@ -214,14 +214,16 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
 
 def test_full_finetune_saves_a_loadable_model(tmp_path):
     model, tok = tiny_model(), tiny_tokenizer()
-    train(config(tmp_path / "full", full_finetune=True, max_steps=2), model=model, tokenizer=tok)
+    train(config(tmp_path / "full", full_finetune=True, max_steps=2, variant="prefix-setpe"), model=model, tokenizer=tok)
     saved = tmp_path / "full"
     assert (saved / "model.safetensors").exists() and (saved / "tokenizer.json").exists()
     assert json.loads((saved / "setllm.json").read_text())["training"]["config"]["full_finetune"] is True
     model.eval()
     with torch.no_grad():
-        want = SetLLM(model, tok).logits(PARIS.prompt, "Paris")
-    torch.testing.assert_close(SetLLM.from_pretrained(str(saved)).logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
+        want = SetLLM(model, tok, "prefix-setpe").logits(PARIS.prompt, "Paris")
+    reloaded = SetLLM.from_pretrained(str(saved))
+    assert reloaded.variant.name == "prefix-setpe"  # from the model dir's setllm.json
+    torch.testing.assert_close(reloaded.logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
 
 
 def test_stage_two_continues_the_adapter(tmp_path):

@@ -71,12 +71,14 @@ class SetLLM:
         """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it.
 
         ``adapter="auto"`` uses the shipped Set-LLM adapter with the embedded model and no
-        adapter otherwise; ``None`` means no adapter. The adapter's ``setllm.json`` supplies
-        the variant (and chat mode) unless ``variant`` is given.
+        adapter otherwise; ``None`` means no adapter. The adapter's ``setllm.json`` (or, with
+        no adapter, the model directory's, as a full fine-tune writes it) supplies the
+        variant (and chat mode) unless ``variant`` is given.
         """
         if adapter == "auto":
             adapter = default_adapter() if model is None else None
-        info = AdapterInfo.read(adapter) if adapter else AdapterInfo()
+        # A full fine-tune saves setllm.json next to the weights; an adapter's wins over it.
+        info = AdapterInfo.read(adapter) if adapter else AdapterInfo.read(model) if model and Path(model).is_dir() else AdapterInfo()
         net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle)
         kwargs.setdefault("chat", info.chat)
         return cls(net, tok, variant or info.variant or DEFAULT_VARIANT, **kwargs)
