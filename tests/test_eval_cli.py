@@ -37,14 +37,15 @@ def test_eval_then_report(model_dir, tmp_path, capsys):
     assert summary["model"] == str(model_dir) and summary["adapter"] is None
     assert "arc_challenge test n=3 causal-pe (modified)" in capsys.readouterr().out
 
-    md = tmp_path / "table.md"
+    md = tmp_path / "report" / "table.md"  # its folder is made
     assert main(["report", str(tmp_path / "base"), str(tmp_path / "set"), "--plot-dir", str(tmp_path / "plots"), "--markdown", str(md)]) == 0
     table = capsys.readouterr().out
     assert "| Model | Training | Eval. Mode | ARC Rand. | ARC Adv. |" in table
     assert "| Causal Mask+PE | Pretrained | Majority Vote |" in table and "| SetMask+SetPE | Pretrained | Single run |" in table
     assert md.read_text().strip() == table.strip()
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert pngs == ["agreement_arc_challenge_causal-mask-pe_vs_setmask-setpe.png", "votes_accuracy_arc_challenge_causal-mask-pe.png"]
+    assert pngs == ["agreement_arc_challenge_causal-mask-pe-pretrained_vs_setmask-setpe-pretrained.png",
+                    "votes_accuracy_arc_challenge_causal-mask-pe-pretrained.png"]
     assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 

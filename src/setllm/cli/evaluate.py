@@ -57,6 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     table = markdown_table(runs)
     print(table)
     if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(table + "\n")
     if not args.no_plots:
         for path in save_plots(runs, args.plot_dir or args.dirs[0]):

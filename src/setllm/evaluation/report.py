@@ -50,6 +50,11 @@ class Run:
     def training(self) -> str:
         return "Finetuned" if self.summary.get("adapter") else "Pretrained"
 
+    @property
+    def title(self) -> str:
+        """Name and training: a pretrained and a finetuned run of one label stay apart."""
+        return f"{self.name} ({self.training})"
+
     def votes(self, seed: int) -> dict[str, tuple[int, int]]:
         """Per question: (majority pick, its vote count)."""
         out = {}
@@ -147,12 +152,12 @@ def save_plots(runs: list[Run], out_dir: str | Path) -> list[Path]:
     written = []
     for run in runs:
         if "majority" in run.summary["accuracy"] and run.order_sensitive:
-            title = f"{run.name}, majority vote: {COLUMNS.get(run.summary['dataset'], run.summary['dataset'])}"
-            path = out_dir / f"votes_accuracy_{run.summary['dataset']}_{_slug(run.name)}.png"
+            title = f"{run.title}, majority vote: {COLUMNS.get(run.summary['dataset'], run.summary['dataset'])}"
+            path = out_dir / f"votes_accuracy_{run.summary['dataset']}_{_slug(run.title)}.png"
             written.append(_bar_plot(plt, vote_accuracy(run, _seed(run)), "accuracy (%)", title, path))
     for base, inv in pairs(runs):
-        title = f"agreement: {base.name} majority vs {inv.name}: {COLUMNS.get(base.summary['dataset'], base.summary['dataset'])}"
-        path = out_dir / f"agreement_{base.summary['dataset']}_{_slug(base.name)}_vs_{_slug(inv.name)}.png"
+        title = f"agreement: {base.title} majority vs {inv.title}: {COLUMNS.get(base.summary['dataset'], base.summary['dataset'])}"
+        path = out_dir / f"agreement_{base.summary['dataset']}_{_slug(base.title)}_vs_{_slug(inv.title)}.png"
         written.append(_bar_plot(plt, agreement(base, inv, _seed(base)), "agreement rate (%)", title, path))
     return written
 
@@ -177,7 +182,7 @@ def _notes(runs: list[Run]) -> list[str]:
     for run in runs:
         s = run.summary
         o = s.get("orderings", {})
-        line = f"- {run.name} ({run.training}) on {COLUMNS.get(s['dataset'], s['dataset'])} {s['split']}: n={s['n']}"
+        line = f"- {run.title} on {COLUMNS.get(s['dataset'], s['dataset'])} {s['split']}: n={s['n']}"
         if o.get("max") and not s["one_run_per_question"]:
             line += f", at most {o['max']} orderings per question ({o['choice']}, seed {o['seed']})"
         if "invariance_flips" in s:
@@ -187,7 +192,7 @@ def _notes(runs: list[Run]) -> list[str]:
         hits = agreement(base, inv, _seed(base))
         agree, n = sum(h for h, _ in hits.values()), sum(m for _, m in hits.values())
         if n:
-            notes.append(f"- agreement {base.name} majority vote vs {inv.name} on {base.summary['dataset']}: {100 * agree / n:.2f}% of {n}")
+            notes.append(f"- agreement {base.title} majority vote vs {inv.title} on {base.summary['dataset']}: {100 * agree / n:.2f}% of {n}")
     return notes
 
 
