@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ def _bar_plot(plt, data: dict[int, tuple[int, int]], ylabel: str, title: str, pa
     bars = ax.bar([str(c) for c in counts], rates, color="#4c72b0")
     for bar, (_, n) in zip(bars, data.values()):  # how many questions each bar stands on
         ax.annotate(f"n={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
-    ax.set(xlabel="majority vote count", ylabel=ylabel, ylim=(0, 105), title=title)
+    ax.set(xlabel="majority vote count", ylabel=ylabel, ylim=(0, 105), title=textwrap.fill(title, 70))
     ax.title.set_fontsize(9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
