@@ -7,7 +7,7 @@
 #   - no Ultra stage, no original-template finetuned rows;
 #   - CommonsenseQA: 6 seeded random orderings of the 120 (the paper: the first 24);
 #   - Table B: order-sensitive variants over 6 seeded random orderings of ARC's 24;
-#   - Table D: the Set-LLM side only (one run per question), as far as time allowed.
+#   - Table D: the Set-LLM side only (one run per question), 150 questions per cell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=benchmarks/reproduce.sh
@@ -52,12 +52,13 @@ for v in causal-nope prefix-pe prefix-nope prefix-setpe causal-pe setmask-setpe;
   $R step evaluate "$RUNS/eval/B/$v" arc_challenge "$ad" "$v" modified "$ALL" "$v" --max-orderings 6 --ordering-choice random
 done
 
-# Table D (out of distribution), Set-LLM side: each benchmark's adapter on the other three.
+# Table D (out of distribution), Set-LLM side: each benchmark's adapter on the other three,
+# 150 questions each (a seeded subset, --subset-seed 0, of the evaluation split).
 for train_ds in "${DATASETS[@]}"; do
   for ds in "${DATASETS[@]}"; do
     [ "$ds" = "$train_ds" ] && continue
     extra=(); [ "$ds" = commonsense_qa ] && extra=("${CSQA6[@]}")
-    $R step evaluate "$RUNS/eval/D/$train_ds-on-$ds/setmask" "$ds" "$A/$train_ds-setmask" setmask-setpe modified "$ALL" \
+    N_EVAL=150 $R step evaluate "$RUNS/eval/D/$train_ds-on-$ds/setmask" "$ds" "$A/$train_ds-setmask" setmask-setpe modified "$ALL" \
       "SetMask+SetPE ($train_ds)" "${extra[@]}"
   done
 done
