@@ -24,8 +24,8 @@ import time
 import torch
 
 from setllm import SetLLM, mc_prompt
-from setllm.data import load_benchmark
 from setllm.api import default_adapter
+from setllm.data import load_benchmark
 from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 

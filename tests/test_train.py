@@ -21,7 +21,7 @@ from setllm.data import DataError
 from setllm.prompt import Set, as_prompt
 from setllm.runtime import attention_mask
 from setllm.training import TrainConfig, train
-from setllm.training.collator import IGNORE, SetCollator, featurize, response_ids
+from setllm.training.collator import IGNORE, SetCollator, featurize
 from setllm.training.data import Example, load_examples
 from setllm.training.run import export_adapter
 from setllm.training.trainer import set_llm_loss
@@ -44,7 +44,7 @@ def lm_for(variant="setmask-setpe", seed=0) -> SetLLM:
 
 
 def batch_for(lm: SetLLM, examples) -> dict:
-    feats, _ = featurize(lm, examples, 256)
+    feats, _ = featurize(lm.codec, examples, 256)
     return SetCollator(lm.variant.positions, lm.pad_id)(feats)
 
 
@@ -58,10 +58,10 @@ def test_only_response_tokens_carry_loss():
     batch = batch_for(lm, [PARIS, FRUIT])  # different lengths: FRUIT is left-padded
     labels, ids = batch["labels"], batch["input_ids"]
     eos = lm.tokenizer.eos_token_id
-    resp = lm.encoder.tokenize(" Paris") + [eos]  # a space after "Answer:", then EOS
+    resp = lm.codec.encoder.tokenize(" Paris") + [eos]  # a space after "Answer:", then EOS
     assert labels[0, -len(resp):].tolist() == resp
     assert (labels[0, : -len(resp)] == IGNORE).all()  # the whole prompt
-    n_fruit = len(lm.encoder.tokenize(" apple")) + 1
+    n_fruit = len(lm.codec.encoder.tokenize(" apple")) + 1
     assert (labels[1, : -n_fruit] == IGNORE).all() and (labels[1, -n_fruit:] == ids[1, -n_fruit:]).all()
     assert not batch["valid"][1, 0]  # padding sits on the left and carries no label
     # The loss equals cross-entropy over exactly those tokens, from full-sequence logits.
@@ -69,7 +69,7 @@ def test_only_response_tokens_carry_loss():
         loss, _ = set_llm_loss(lm.model, lm.variant, batch)
         manual = []
         for ex in (PARIS, FRUIT):
-            r = response_ids(lm, ex)
+            r = lm.response_ids(ex.prompt, ex.response)
             full = torch.cat([torch.tensor(lm.encode(ex.prompt).input_ids), torch.tensor(r)])
             logits = lm_logits_with_eos(lm, ex, r)  # [N, V]: the inference path, one unpadded row
             manual.append(torch.nn.functional.cross_entropy(logits[-len(r) - 1 : -1], full[-len(r):], reduction="sum"))
@@ -102,7 +102,7 @@ def test_collator_matches_inference_encoder(variant):
     lm = lm_for(variant)
     batch = batch_for(lm, [FRUIT, PARIS])
     for row, ex in enumerate([FRUIT, PARIS]):
-        ref = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[response_ids(lm, ex)])
+        ref = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[lm.response_ids(ex.prompt, ex.response)])
         n = ref.input_ids.shape[1]
         assert batch["input_ids"][row, -n:].tolist() == ref.input_ids[0].tolist()
         assert batch["position_ids"][row, -n:].tolist() == ref.position_ids[0].tolist()
@@ -115,7 +115,7 @@ def test_collator_matches_inference_encoder(variant):
         assert torch.equal(train_mask[row, :, -n:, -n:], ref_mask[0])
         with torch.no_grad():
             got = lm_logits_batch(lm, batch)[row, -n:]
-            want = lm_logits_with_eos(lm, ex, response_ids(lm, ex))
+            want = lm_logits_with_eos(lm, ex, lm.response_ids(ex.prompt, ex.response))
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
@@ -260,9 +260,9 @@ def test_benchmark_examples_use_the_evaluation_template():
 def test_overlong_policy_is_counted():
     lm = lm_for()
     long = Example(as_prompt(["Question: " + "apple banana " * 10 + "\nAnswer:"]), "cherry date " * 40, "long")
-    feats, report = featurize(lm, [PARIS, long], max_length=120, overlong="truncate", min_response_tokens=4)
+    feats, report = featurize(lm.codec, [PARIS, long], max_length=120, overlong="truncate", min_response_tokens=4)
     assert report.truncated == 1 and report.kept == 2 and len(feats[1]["input_ids"]) == 120
-    feats, report = featurize(lm, [PARIS, long], max_length=120, overlong="skip")
+    feats, report = featurize(lm.codec, [PARIS, long], max_length=120, overlong="skip")
     assert report.kept == 1 and len(report.skipped) == 1 and "long:" in report.skipped[0]
 
 

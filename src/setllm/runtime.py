@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-
+from .errors import InputError
 from .masks import TokenLayout, render, variant_mask
 from .variants import Variant
 
@@ -18,7 +18,7 @@ from .variants import Variant
 SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(InputError):
     """The model cannot run set prompts (or has not been verified to)."""
 
 

@@ -120,6 +120,7 @@ class ModelOptions:
     exact: bool | None = field(default=None, metadata={"help": "sort set elements first (bit-identical outputs; invariant variants only)"})
     allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
     allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
+    eos: bool | None = field(default=None, metadata={"help": "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"})
     batch_size: int = field(default=8, metadata={"help": "prompts per forward pass"})
 
 
@@ -136,5 +137,5 @@ def load_setllm(args: argparse.Namespace, progress: bool = True):
     return SetLLM.from_pretrained(
         opts.model, adapter, opts.variant, attn_implementation=opts.attn, device=opts.device, allow_pickle=opts.allow_pickle,
         exact=opts.exact, batch_size=opts.batch_size, progress=progress, allow_untested=opts.allow_untested,
-        **({"chat": True} if opts.chat else {}),
+        **({"chat": True} if opts.chat else {}), **({"eos": opts.eos} if opts.eos is not None else {}),
     )

@@ -33,17 +33,14 @@ def add_parser(sub) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ..api import default_adapter
     from ..evaluation.runner import EvalConfig, run_eval
     from ..evaluation.tasks import get_task, load_records
-    from ..loading import DEFAULT_MODEL
 
     cfg = dataclass_from_args(EvalConfig, args, args.config)
     # Read the data first: a bad record should not wait for the model to load.
     records, source = load_records(get_task(cfg.dataset), cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
     lm = load_setllm(args, progress=False)
-    adapter = None if args.adapter == "none" else (args.adapter or (default_adapter() if args.model is None else None))
-    summary = run_eval(lm, cfg, records, meta={"model": args.model or DEFAULT_MODEL, "adapter": adapter, "source": source})
+    summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})
     print(_result_line(summary))
     return 0
 

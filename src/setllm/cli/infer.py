@@ -91,20 +91,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..variants import get_variant
-
     lm = load_setllm(args, progress=False)
+    if not lm.variant.invariant:
+        lm = lm.with_variant("setmask-setpe")
+    base = _base_model(lm, args)
     orders = list(itertools.permutations(args.options))
-    set_variant = lm.variant if lm.variant.invariant else get_variant("setmask-setpe")
     print(f"Q: {args.question}\n{len(orders)} orderings of {len(args.options)} options\n", file=sys.stderr)
-    base = _answers(lm, get_variant("causal-pe"), args.question, orders, base_model=True)
-    setllm = _answers(lm, set_variant, args.question, orders, base_model=False)
+    base_answers = _answers(base, args.question, orders)
+    set_answers = _answers(lm, args.question, orders)
+    set_variant = lm.variant
     width = max(len(", ".join(o)) for o in orders)
     print(f"{'ordering':<{width}}  {'base (causal-pe)':<18}  Set-LLM ({set_variant.name})")
-    for o, a, b in zip(orders, base, setllm):
+    for o, a, b in zip(orders, base_answers, set_answers):
         print(f"{', '.join(o):<{width}}  {a:<18}  {b}")
     print()
-    for name, answers in (("base model", base), ("Set-LLM", setllm)):
+    for name, answers in (("base model", base_answers), ("Set-LLM", set_answers)):
         top = max(set(answers), key=answers.count)
         n = len(set(answers))
         print(f"{name}: {n} distinct answer{'s' if n != 1 else ''}; differs from its most common answer ({top}) "
@@ -112,13 +113,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _answers(lm, variant, question, orders, base_model: bool) -> list[str]:
-    """Answers under every ordering; the base model runs with any adapter switched off."""
-    from contextlib import nullcontext
+def _base_model(lm, args):
+    """The base model is the model without any adapter, read causally."""
+    if lm.origin.adapter is None:
+        return lm.with_variant("causal-pe")
+    from ..api import SetLLM
 
+    return SetLLM.from_pretrained(args.model, adapter=None, variant="causal-pe", attn_implementation=args.attn, device=args.device)
+
+
+def _answers(lm, question, orders) -> list[str]:
     from tqdm.auto import tqdm
 
-    lm.variant, lm.exact = variant, variant.invariant
-    off = getattr(lm.model, "disable_adapter", None)
-    with off() if (base_model and off) else nullcontext():
-        return [lm.choose(question, list(o)).answer for o in tqdm(orders, desc=variant.name, leave=False, file=sys.stderr)]
+    return [lm.choose(question, list(o)).answer for o in tqdm(orders, desc=lm.variant.name, leave=False, file=sys.stderr)]

@@ -155,7 +155,9 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     done = store.load_predictions(out)
     todo = [r for r in records if not _covers(done.get(r.id), plan)]
     started = time.perf_counter()
-    with _exact(lm, False if (cfg.verify_invariance and lm.variant.invariant) else None), _progress(cfg, len(records), len(records) - len(todo)) as bar:
+    if cfg.verify_invariance and lm.variant.invariant:
+        lm = lm.with_options(exact=False)  # verifying means reading the orderings unsorted
+    with _progress(cfg, len(records), len(records) - len(todo)) as bar:
         for lo in range(0, len(todo), lm.batch_size):
             rows = evaluate_chunk(lm, template, todo[lo : lo + lm.batch_size], plan, one_run, cfg)
             store.append_predictions(out, rows)
@@ -259,24 +261,11 @@ def _settings(lm, cfg: EvalConfig, task: TaskSpec, source: str, meta: dict) -> d
 
     return {
         "dataset": task.name, "split": cfg.split or task.eval_split, "source": source, "template": cfg.template,
-        "variant": lm.variant.name, "invariant": lm.variant.invariant, "exact": lm.exact, "chat": lm.chat,
+        "variant": lm.variant.name, "invariant": lm.variant.invariant, "exact": lm.exact, "chat": lm.chat, "eos": lm.options.eos,
         "model": meta.get("model"), "adapter": meta.get("adapter"), "dtype": str(next(lm.model.parameters()).dtype),
         "max_orderings": cfg.max_orderings, "ordering_choice": cfg.ordering_choice, "verify_invariance": cfg.verify_invariance,
         "normalize": cfg.normalize, "seed": cfg.seed, "torch": torch.__version__,
     }
-
-
-@contextmanager
-def _exact(lm, value: bool | None):
-    """Temporarily set exact mode (``--verify-invariance`` must read the orderings unsorted)."""
-    if value is None:
-        yield
-        return
-    old, lm.exact = lm.exact, value
-    try:
-        yield
-    finally:
-        lm.exact = old
 
 
 @contextmanager

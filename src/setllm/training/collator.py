@@ -1,8 +1,8 @@
 """Examples -> token features -> padded training batches, through the inference encoder.
 
-One code path with inference: prompts are encoded by :meth:`setllm.SetLLM.encode` (the
-same tokenizer calls, canonical element order for invariant variants, BOS, chat frame) and
-responses by :meth:`setllm.SetLLM.response_ids`; batches are built by
+One code path with inference: prompts and responses are encoded by the same
+:class:`setllm.codec.Codec` (the same tokenizer calls, canonical element order for
+invariant variants, BOS, chat frame, response + EOS); batches are built by
 :func:`setllm.batch.collate` and the mask is rendered by :mod:`setllm.runtime` in the loss.
 
 Shapes: B examples, N tokens after padding, R response tokens (max over the batch).
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..batch import collate
+from ..codec import Codec
 from ..encoding import EncodedPrompt
 from ..masks import TokenLayout
 from ..prompt import PromptError
@@ -42,16 +43,7 @@ class LengthReport:
                 f"{len(self.skipped)} skipped as too long" + (f" (first: {self.skipped[0]})" if self.skipped else ""))
 
 
-def response_ids(lm, example: Example) -> list[int]:
-    """Response tokens + EOS, tokenized as ``SetLLM.response_ids`` scores options (a space
-    after ``Answer:``); a user response that starts with whitespace is kept as written."""
-    text = example.response
-    ids = lm.encoder.tokenize(text) if text[:1].isspace() else lm.response_ids(example.prompt, text)
-    eos = lm.tokenizer.eos_token_id
-    return ids + ([eos] if eos is not None else [])
-
-
-def featurize(lm, examples: Sequence[Example], max_length: int, overlong: str = "truncate",
+def featurize(codec: Codec, examples: Sequence[Example], max_length: int, overlong: str = "truncate",
               min_response_tokens: int = 8) -> tuple[list[dict], LengthReport]:
     """Token features for each example, applying the over-long policy.
 
@@ -64,11 +56,11 @@ def featurize(lm, examples: Sequence[Example], max_length: int, overlong: str = 
     out = []
     for ex in examples:
         try:
-            enc = lm.encode(ex.prompt)
+            enc = codec.encode(ex.prompt)
         except PromptError as e:  # longer than the model's context
             report.skipped.append(f"{ex.where}: {e}")
             continue
-        resp = response_ids(lm, ex)
+        resp = codec.response_ids(ex.prompt, ex.response, eos=True)
         room = max_length - len(enc)
         if len(resp) > room:
             if overlong == "skip" or room < min(min_response_tokens, len(resp)):

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import torch
 
+from ..codec import Codec
+from ..errors import InputError
 from ..loading import DEFAULT_MODEL, METADATA_FILE, AdapterInfo, load_model
-from ..runtime import check_length
+from ..runtime import check_length, check_model
+from ..variants import get_variant
 from .collator import SetCollator, featurize
 from .config import TrainConfig
 from .data import load_examples
@@ -49,7 +52,7 @@ def build_model(cfg: TrainConfig, model=None, tokenizer=None):
     try:
         from peft import LoraConfig, PeftModel, get_peft_model
     except ImportError:
-        raise ValueError("LoRA training needs peft: pip install 'setllm[train]' (or pass --full-finetune)") from None
+        raise InputError("LoRA training needs peft, a core dependency of setllm: reinstall setllm") from None
     with _library_deprecations_hidden():
         if cfg.init_adapter:
             _check_init_variant(cfg)
@@ -125,29 +128,29 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
     examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
     model, tokenizer = build_model(cfg, model, tokenizer)
     check_length(model.config, cfg.max_length)
-    from ..api import SetLLM
-
-    # The inference object itself encodes the training prompts: one code path.
-    lm = SetLLM(model, tokenizer, cfg.variant, chat=cfg.chat, allow_untested=cfg.allow_untested)
-    features, length_report = featurize(lm, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
+    check_model(model, cfg.allow_untested)
+    variant = get_variant(cfg.variant)
+    # Inference's own codec encodes the training prompts: one code path.
+    codec = Codec.for_model(model, tokenizer, variant, exact=variant.invariant, chat=cfg.chat)
+    features, length_report = featurize(codec, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
     if not features:
         raise ValueError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
     for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
         print(f"setllm train: {line}", file=sys.stderr)
-    trainer = make_trainer(cfg, lm, features, callbacks)
+    trainer = make_trainer(cfg, model, codec, features, callbacks)
     with _library_deprecations_hidden():
         output = trainer.train(resume_from_checkpoint=resume_from)
     save(cfg, trainer, tokenizer, len(features), output)
     return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer), output.metrics.get("train_runtime", 0.0), trainer.tokens_seen)
 
 
-def make_trainer(cfg: TrainConfig, lm, features: list[dict], callbacks: list | None = None) -> SetLLMTrainer:
+def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], callbacks: list | None = None) -> SetLLMTrainer:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     trainer = SetLLMTrainer(
-        model=lm.model, args=training_arguments(cfg), train_dataset=features,
-        data_collator=SetCollator(lm.variant.positions, lm.pad_id), variant=lm.variant,
+        model=model, args=training_arguments(cfg), train_dataset=features,
+        data_collator=SetCollator(codec.variant.positions, codec.pad_id), variant=codec.variant,
         callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
     )
     trainer.remove_callback(ProgressCallback)
@@ -173,7 +176,7 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("resume", "overwrite", "progress")},
     }
-    AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat).write(out, training=summary)
+    AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True).write(out, training=summary)
 
 
 def _set_adapter_base(out: Path, base: str) -> None:

@@ -1,0 +1,87 @@
+"""The one way a prompt and a response become token ids, shared by the API, training and
+evaluation: canonical element order, the soundness and length checks, response ids, pad id.
+
+Everything a permutation could touch is derived from the *canonical* prompt under exact
+mode: the tokens, and also the character the response is joined to (a leading space or
+not). Reading any of it from the prompt as given would let the element order leak back in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .encoding import EncodedPrompt, PromptEncoder
+from .prompt import PromptError, PromptLike, Set, SetPrompt, as_prompt
+from .runtime import context_length
+from .templates import response_text
+from .variants import Variant
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Encodes prompts and responses for one tokenizer, variant and reading mode.
+
+    Attributes:
+        tokenizer: a Hugging Face tokenizer.
+        variant: how the prompt is read; decides whether the order must not matter.
+        exact: sort set elements before encoding (bit-identical outputs under permutation).
+        chat: wrap prompts in the tokenizer's chat template.
+        max_tokens: the model's context length (None: unchecked).
+    """
+
+    tokenizer: object
+    variant: Variant
+    exact: bool = False
+    chat: bool = False
+    max_tokens: int | None = None
+    encoder: PromptEncoder = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.exact and not self.variant.invariant:
+            raise ValueError(f"exact mode sorts set elements, which would hide the order sensitivity of {self.variant.name}; "
+                             "it applies only to invariant variants")
+        object.__setattr__(self, "encoder", PromptEncoder(self.tokenizer, chat=self.chat))
+
+    @classmethod
+    def for_model(cls, model, tokenizer, variant: Variant, exact: bool, chat: bool) -> Codec:
+        return cls(tokenizer, variant, exact, chat, context_length(model.config))
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def prepare(self, prompt: PromptLike) -> SetPrompt:
+        """The prompt as it will be read: validated, canonical in exact mode, and sound."""
+        prompt = as_prompt(prompt)
+        prompt = prompt.canonical() if self.exact else prompt
+        if self.variant.invariant and not self.chat and isinstance(prompt.segments[-1], Set):
+            # The first response token is predicted from the last prompt token. Inside a set
+            # that token sees only its own element, so the answer would depend on which
+            # element happens to come last. (In chat mode the template's text follows.)
+            raise PromptError("the prompt ends with a set: the response would be read from inside whichever element comes last; "
+                              "put text after the set, e.g. \"Answer:\"")
+        return prompt
+
+    def encode(self, prompt: PromptLike) -> EncodedPrompt:
+        """Tokenize a prompt (see :meth:`prepare`) and check it fits the model."""
+        enc = self.encoder.encode(self.prepare(prompt))
+        if self.max_tokens is not None and len(enc) >= self.max_tokens:
+            raise PromptError(f"prompt is {len(enc)} tokens, longer than the model's context ({self.max_tokens} tokens)")
+        return enc
+
+    def response_ids(self, prompt: PromptLike, text: str, eos: bool = True) -> list[int]:
+        """Token ids of ``text`` as the response to ``prompt``, then EOS if ``eos``.
+
+        The paper scores an option as its text + EOS, and training appends EOS: without it an
+        option that is a token prefix of another ("New" vs "New York") can never lose. A
+        response that starts with whitespace is kept as written; otherwise it is joined to
+        the prompt's last character as running text would join it.
+        """
+        after = "\n" if self.chat else self.prepare(prompt).text()[-1:]
+        ids = self.encoder.tokenize(text if text[:1].isspace() else response_text(text, after))
+        return ids + [self.eos_id] if eos and self.eos_id is not None else ids

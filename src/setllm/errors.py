@@ -1,0 +1,16 @@
+"""The user-error family. The CLI prints a :class:`SetLLMError` as one line ``error: ...``
+and exits 2; anything else is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+
+class SetLLMError(Exception):
+    """A user's mistake (bad input, flag, file or model); the message says what and where."""
+
+
+class InputError(SetLLMError, ValueError):
+    """A bad argument or value (also a ``ValueError``, for callers that catch those)."""
+
+
+class SetLLMWarning(UserWarning):
+    """Something the user should know (the CLI prints it once as ``warning: ...``)."""
