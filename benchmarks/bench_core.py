@@ -25,7 +25,7 @@ import torch
 
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
-from setllm.data import load_benchmark
+from setllm.tasks import get_task, load_records
 from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 
@@ -46,7 +46,7 @@ def alternate(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def questions(data_dir: str, n: int):
-    records = [r for r in load_benchmark("arc_challenge", "validation", data_dir) if len(r.choices) == 4][:n]
+    records = [r for r in load_records(get_task("arc_challenge"), "validation", data_dir)[0] if len(r.choices) == 4][:n]
     return [mc_prompt(r.question, r.choices) for r in records], [list(r.choices) for r in records]
 
 

@@ -38,7 +38,7 @@ orderings_for() { [ "$1" = commonsense_qa ] && echo "--max-orderings 24 --orderi
 # template (the built-in `--data NAME` spec of `setllm train` renders the modified one only).
 export_train() {
   local f="$RUNS/data/$1-$2-train.jsonl"
-  [ -s "$f" ] || python -m setllm.evaluation.export --dataset "$1" --template "$2" --data-dir "$DATA" \
+  [ -s "$f" ] || setllm export data --dataset "$1" --template "$2" --data-dir "$DATA" \
     --split train --limit "$TRAIN_N" --subset-seed 42 --out "$f"
   echo "$f"
 }

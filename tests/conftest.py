@@ -1,11 +1,16 @@
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 # Tests never reach the network: the hub is unreachable here and must not be waited on.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-import sys
-from pathlib import Path
+# Tests never write to the user's ~/.cache: the embedded model is converted (once, ~30 s) into
+# a cache of the tests' own under the system temp dir, kept between runs; likewise HF's caches.
+_CACHE = Path(tempfile.gettempdir()) / "setllm-tests"
+os.environ["SETLLM_CACHE"] = str(_CACHE / "setllm")
+os.environ["HF_HOME"] = str(_CACHE / "hf")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .encoding import EncodedPrompt, PromptEncoder
+from .errors import InputError
 from .prompt import PromptError, PromptLike, Set, SetPrompt, as_prompt
 from .runtime import context_length
 from .templates import response_text
@@ -38,7 +39,7 @@ class Codec:
 
     def __post_init__(self):
         if self.exact and not self.variant.invariant:
-            raise ValueError(f"exact mode sorts set elements, which would hide the order sensitivity of {self.variant.name}; "
+            raise InputError(f"exact mode sorts set elements, which would hide the order sensitivity of {self.variant.name}; "
                              "it applies only to invariant variants")
         object.__setattr__(self, "encoder", PromptEncoder(self.tokenizer, chat=self.chat))
 

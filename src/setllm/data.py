@@ -1,9 +1,8 @@
-"""Multiple-choice benchmark records: reading local JSONL and the HF hub.
+"""Multiple-choice records and JSONL reading, shared by every task.
 
-Local files follow ``<data-dir>/<benchmark>/<split>.jsonl`` with records
-``{"id", "question", "context"?, "choices": [...], "label": int}`` (the format of
-``../shared/data``). Where the hub is reachable, the same benchmarks load through
-``datasets`` and are normalised to the same record.
+Records are ``{"id", "question", "context"?, "choices": [...], "label": int}`` (the format of
+``../shared/data``); where each benchmark's data comes from, and how a hub row becomes such a
+record, is its task file's business (:mod:`setllm.tasks`).
 """
 
 from __future__ import annotations
@@ -30,35 +29,6 @@ class MCRecord:
     choices: tuple[str, ...]
     label: int | None
     context: str | None = None
-
-
-@dataclass(frozen=True)
-class BenchmarkSource:
-    """Where a benchmark lives and which split the paper evaluates on."""
-
-    name: str
-    hub_path: str
-    hub_config: str | None
-    eval_split: str
-
-
-BENCHMARKS: dict[str, BenchmarkSource] = {
-    b.name: b
-    for b in [
-        BenchmarkSource("arc_challenge", "allenai/ai2_arc", "ARC-Challenge", "test"),
-        # PIQA's and CSQA's test labels were never released: evaluate on validation.
-        BenchmarkSource("piqa", "ybisk/piqa", None, "validation"),
-        BenchmarkSource("commonsense_qa", "tau/commonsense_qa", None, "validation"),
-        BenchmarkSource("social_iqa", "allenai/social_i_qa", None, "validation"),
-    ]
-}
-
-
-def get_benchmark(name: str) -> BenchmarkSource:
-    try:
-        return BENCHMARKS[name]
-    except KeyError:
-        raise DataError(f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}") from None
 
 
 def parse_record(obj: object, where: str, require_label: bool = True) -> MCRecord:
@@ -119,48 +89,3 @@ def subset(records: list, limit: int | None = None, seed: int | None = None) -> 
         return list(records[:limit])
     picked = sorted(random.Random(seed).sample(range(len(records)), limit))
     return [records[i] for i in picked]
-
-
-def load_benchmark(name: str, split: str | None = None, data_dir: str | Path | None = None,
-                   limit: int | None = None, seed: int | None = None) -> list[MCRecord]:
-    """Records of a benchmark split, from ``data_dir`` if given, else from the HF hub."""
-    source = get_benchmark(name)
-    split = split or source.eval_split
-    if data_dir is not None:
-        path = Path(data_dir) / name / f"{split}.jsonl"
-        if not path.exists():
-            have = sorted(p.stem for p in (Path(data_dir) / name).glob("*.jsonl"))
-            raise DataError(f"{path}: no such file (splits here: {', '.join(have) or 'none'})")
-        records = read_mc_jsonl(path)
-    else:
-        records = _from_hub(source, split)
-    return subset(records, limit, seed)
-
-
-def _from_hub(source: BenchmarkSource, split: str) -> list[MCRecord]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
-    try:
-        ds = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
-    except Exception as e:  # network, missing split, ...: one clear line for the user
-        raise DataError(f"could not load {source.hub_path} split {split!r} from the hub ({type(e).__name__}); pass --data-dir") from None
-    return [_normalise_hub_row(source.name, row, i) for i, row in enumerate(ds)]
-
-
-def _normalise_hub_row(name: str, row: dict, i: int) -> MCRecord:
-    where = f"{name}[{i}]"
-    if name == "arc_challenge":
-        labels = row["choices"]["label"]
-        obj = {"id": row["id"], "question": row["question"], "choices": row["choices"]["text"], "label": labels.index(row["answerKey"])}
-    elif name == "piqa":
-        obj = {"question": row["goal"], "choices": [row["sol1"], row["sol2"]], "label": row["label"]}
-    elif name == "commonsense_qa":
-        labels = row["choices"]["label"]
-        key = row["answerKey"]
-        obj = {"id": row["id"], "question": row["question"], "choices": row["choices"]["text"], "label": labels.index(key) if key else None}
-    else:  # social_iqa: labels are the strings "1".."3"
-        obj = {"context": row["context"], "question": row["question"], "choices": [row["answerA"], row["answerB"], row["answerC"]], "label": int(row["label"]) - 1}
-    obj.setdefault("id", f"{name}-{i}")
-    return parse_record(obj, where, require_label=False)

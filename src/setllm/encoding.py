@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .errors import InputError
 from .prompt import PromptLike, Set, SetPrompt, as_prompt
 from .variants import PositionKind
 
@@ -99,7 +100,7 @@ class PromptEncoder:
         self._first, self._rest = _segment_tokenizers(tokenizer)
         self.bos = _bos_prefix(tokenizer)
         if chat and not getattr(tokenizer, "chat_template", None):
-            raise ValueError("chat mode needs a tokenizer with a chat template; this one has none")
+            raise InputError("chat mode needs a tokenizer with a chat template; this one has none")
 
     def tokenize(self, text: str, first: bool = False) -> list[int]:
         """Token ids of one segment, no special tokens added.
@@ -146,7 +147,7 @@ class PromptEncoder:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         before, sep, after = text.partition(_SENTINEL)
         if not sep:
-            raise ValueError("the chat template does not contain the user message verbatim; chat mode cannot keep sets intact")
+            raise InputError("the chat template does not contain the user message verbatim; chat mode cannot keep sets intact")
         return before, after
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .batch import Batch, continuation_layout
+from .errors import InputError
 from .runtime import forward
 from .scoring import prefill
 from .variants import Variant
@@ -31,19 +32,22 @@ class GenerationConfig:
         stop: strings that end generation; the stop string is cut from the text.
     """
 
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = 0
-    stop: Sequence[str] = field(default_factory=tuple)
+    max_new_tokens: int = field(default=64, metadata={"help": "most tokens to generate", "metavar": "N"})
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy; > 0 samples", "metavar": "T"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass", "metavar": "P"})
+    seed: int | None = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
+    stop: list[str] = field(default_factory=list, metadata={"help": "stop at any of these strings", "metavar": "TEXT"})
 
     def __post_init__(self):
+        if isinstance(self.stop, str):
+            raise InputError("stop must be a list of strings, e.g. stop=[\"\\n\"]")
+        self.stop = list(self.stop)
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise InputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InputError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import InputError
 from .variants import MaskKind
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -162,4 +163,4 @@ def render(fn: MaskFn, backend: str, batch: int, q_len: int, kv_len: int, q_offs
         return render_additive(fn, batch, q_len, kv_len, q_offset, device, dtype)
     if backend == "flex_attention":
         return render_block_mask(fn, batch, q_len, kv_len, q_offset, device)
-    raise ValueError(f"attention implementation {backend!r} is not supported; use sdpa, eager or flex_attention")
+    raise InputError(f"attention implementation {backend!r} is not supported; use sdpa, eager or flex_attention")

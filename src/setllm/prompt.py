@@ -78,14 +78,14 @@ class SetPrompt:
     def permuted(self, orders: Sequence[Sequence[int]]) -> SetPrompt:
         """Reorder the elements of set ``i`` by ``orders[i]`` (a permutation of its indices)."""
         if len(orders) != len(self.sets):
-            raise ValueError(f"got {len(orders)} orders for {len(self.sets)} sets")
+            raise InputError(f"got {len(orders)} orders for {len(self.sets)} sets")
         it = iter(orders)
         out: list[Segment] = []
         for seg in self.segments:
             if isinstance(seg, Set):
                 order = next(it)
                 if sorted(order) != list(range(len(seg))):
-                    raise ValueError(f"{list(order)} is not a permutation of range({len(seg)})")
+                    raise InputError(f"{list(order)} is not a permutation of range({len(seg)})")
                 seg = Set(seg.elements[i] for i in order)
             out.append(seg)
         return SetPrompt(tuple(out))

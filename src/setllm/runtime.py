@@ -15,6 +15,8 @@ from .masks import TokenLayout, render, variant_mask
 from .variants import Variant
 
 # Architectures tested end to end (tests/test_architectures.py).
+# The attention implementations that take an arbitrary mask (flash_attention_2 does not).
+ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
 
 
@@ -56,13 +58,13 @@ def check_length(config, length: int) -> None:
     longer symmetric. Refuse rather than silently lose invariance."""
     window = sliding_window(config)
     if window is not None and length > window:
-        raise ValueError(
+        raise InputError(
             f"sequence of {length} tokens is longer than the model's sliding attention window ({window}); "
             "the window would cut set elements unevenly and break order invariance"
         )
     limit = context_length(config)
     if limit is not None and length > limit:
-        raise ValueError(f"sequence of {length} tokens is longer than the model's context ({limit} tokens)")
+        raise InputError(f"sequence of {length} tokens is longer than the model's context ({limit} tokens)")
 
 
 def context_length(config) -> int | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .batch import Batch, continuation_layout
+from .errors import InputError
 from .runtime import forward, new_cache
 from .variants import Variant
 
@@ -52,7 +53,7 @@ def score_continuations(model, variant: Variant, batch: Batch, cache, next_logpr
     rows = torch.tensor([b for b, opts in enumerate(options) for _ in opts])
     conts = [list(c) for opts in options for c in opts]
     if any(len(c) == 0 for c in conts):
-        raise ValueError("an option tokenizes to nothing; options must be non-empty text")
+        raise InputError("an option tokenizes to nothing; options must be non-empty text")
     length = max(map(len, conts))
     ids = torch.tensor([c + [0] * (length - len(c)) for c in conts])  # [R, L]
     valid = torch.tensor([[True] * len(c) + [False] * (length - len(c)) for c in conts])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .errors import InputError
 from .prompt import Set, SetPrompt, as_prompt
 
 
@@ -41,5 +42,5 @@ def options_of(prompt: SetPrompt) -> list[str]:
     """Default options: the elements of the prompt's only set, stripped of whitespace."""
     sets = prompt.sets
     if len(sets) != 1:
-        raise ValueError(f"options default to the elements of the prompt's set, but it has {len(sets)} sets; pass options explicitly")
+        raise InputError(f"options default to the elements of the prompt's set, but it has {len(sets)} sets; pass options explicitly")
     return [e.strip() for e in sets[0].elements]

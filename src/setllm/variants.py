@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import InputError
+
 MaskKind = Literal["causal", "prefix", "setmask"]
 PositionKind = Literal["pe", "nope", "setpe"]
 
@@ -50,4 +52,4 @@ def get_variant(name: str | Variant) -> Variant:
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ValueError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None
+        raise InputError(f"unknown variant {name!r}; choose one of: {', '.join(VARIANTS)}") from None

@@ -1,4 +1,8 @@
-"""The ``setllm`` command: one entry point, one subcommand per module in COMMANDS."""
+"""The ``setllm`` command: one entry point, one subcommand per entry of COMMANDS.
+
+Only the subcommand being run is built in full (and imports what it needs): ``setllm --help``
+and ``setllm choose`` never import the trainer.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +10,52 @@ import argparse
 import importlib
 import sys
 
-from .common import run_guarded
+from .common import Parser, apply_config_file, run_guarded
 
-# Each module defines ``add_parser(subparsers)``; its parser sets ``func(args) -> int``.
-COMMANDS = ["setllm.cli.infer", "setllm.cli.train", "setllm.cli.evaluate"]
+# name -> (module defining ``add_parser(subparsers)``, one-line help). Each parser sets
+# ``func(args) -> int``.
+COMMANDS = {
+    "choose": ("setllm.cli.infer", "answer a multiple-choice question, options as a set"),
+    "generate": ("setllm.cli.infer", "generate a response to a set prompt"),
+    "demo": ("setllm.cli.infer", "show the base model's order sensitivity next to Set-LLM's invariance"),
+    "train": ("setllm.cli.train", "train a Set-LLM adapter (LoRA) or model on set prompts"),
+    "eval": ("setllm.cli.evaluate", "evaluate a model on a multiple-choice benchmark under option orderings"),
+    "report": ("setllm.cli.evaluate", "paper-style table and figures from `setllm eval` run directories"),
+    "export": ("setllm.cli.export", "write a benchmark split as training data, or a trained adapter for shipping"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="setllm", description="Order-invariant prompting for decoder-only LLMs (Set-LLM).")
+def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser | None]:
+    """The top-level parser, with ``command``'s subparser built in full (the others as
+    names and one-line help); returns it and that subparser."""
     from setllm import __version__
 
+    parser = Parser(prog="setllm", description="Order-invariant prompting for decoder-only LLMs (Set-LLM).")
     parser.add_argument("--version", action="version", version=f"setllm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(name).add_parser(sub)
-    return parser
+    full = None
+    for name, (module, help_) in COMMANDS.items():
+        if name == command:
+            full = importlib.import_module(module).add_parser(sub, name)
+        else:
+            sub.add_parser(name, help=help_, add_help=False)
+    return parser, full
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_guarded(args.func, args)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser, sub = build_parser(command if command in COMMANDS else None)
+
+    def run(_):
+        if sub is not None and any(a == "--config" or a.startswith("--config=") for a in argv):
+            config = parser.parse_known_args(argv)[0].config
+            if config:
+                apply_config_file(sub, config)
+        args = parser.parse_args(argv)
+        return args.func(args)
+
+    return run_guarded(run, None)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared CLI pieces: dataclass-built flags, model options, one-line user errors."""
+"""Shared CLI pieces: subcommands built from config dataclasses, model options, one-line
+user errors."""
 
 from __future__ import annotations
 
@@ -6,105 +7,124 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from transformers import HfArgumentParser
+
+from ..errors import InputError, SetLLMError
+from ..runtime import ATTENTION_BACKENDS
 from ..variants import VARIANTS
 
 EXIT_USER_ERROR = 2
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that are the user's input, not our bug: printed as one line, exit 2."""
-    from ..data import DataError
-    from ..loading import ModelLoadError
-    from ..prompt import PromptError
-    from ..runtime import UnsupportedModelError
-
-    return (PromptError, DataError, ModelLoadError, UnsupportedModelError, ValueError, FileNotFoundError, IsADirectoryError, KeyError)
-
-
 def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command: a user's mistake (:class:`SetLLMError`) is one line and exit 2; a bug
+    keeps its traceback."""
     try:
         return func(args) or 0
-    except user_errors() as e:
+    except SetLLMError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg.strip(chr(39))}" if isinstance(e, KeyError) else f"error: {msg}", file=sys.stderr)
+        print(f"error: {msg}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One ``--flag`` per dataclass field; help from ``field(metadata={"help": ...})``.
+class Parser(HfArgumentParser):
+    """transformers' dataclass parser, with a one-line error for a bad flag instead of the
+    whole usage block."""
 
-    Defaults are left as None so that a ``--config`` file can fill what the command line
-    does not say (see :func:`dataclass_from_args`).
+    def error(self, message: str):
+        raise InputError(f"{message} (see `{self.prog} --help`)")
+
+
+def add_command(sub, name: str, configs: Sequence[type], config_file: bool = False, **kwargs) -> Parser:
+    """A subcommand whose flags are the fields of ``configs`` (dataclasses), built by
+    :class:`transformers.HfArgumentParser`: one ``--flag`` per field, help and choices from
+    ``field(metadata=...)``, defaults from the dataclass (never typed twice).
+
+    A tri-state ``bool | None`` field (None: decided later, e.g. by the adapter) gets
+    ``--flag`` and ``--no-flag``. With ``config_file``, ``--config FILE`` (YAML/JSON, keys =
+    field names) fills what the command line does not say.
     """
-    hints = get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip or f.metadata.get("cli") is False:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
-        default = _default(f)
-        kind = hints[f.name]
-        if kind is bool or kind == bool | None:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f"{help_} (default: {default})")
-            continue
-        choices = f.metadata.get("choices")
-        parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), default=None, choices=choices, metavar=f.metadata.get("metavar"),
-                            help=f"{help_} (default: {default})")
+    p = sub.add_parser(name, dataclass_types=list(configs), **kwargs)
+    for cls in configs:
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.init and hints[f.name] == (bool | None) and f.default is None:
+                p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+    if config_file:
+        p.add_argument("--config", metavar="FILE", help="YAML or JSON file of options (keys: the flag names); flags override it")
+    p.set_defaults(_configs=tuple(configs))
+    return p
 
 
-def dataclass_from_args(cls: type, args: argparse.Namespace, config_file: str | None = None):
-    """Build ``cls`` from a JSON/YAML config file, overridden by flags given on the command line."""
-    values: dict[str, Any] = load_config_file(config_file) if config_file else {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(values) - names
+def apply_config_file(parser: argparse.ArgumentParser, path: str) -> None:
+    """Make a config file's values the parser's defaults, so flags still override them.
+
+    Values become strings and go through each flag's own type, so a wrong type in the file
+    fails like a wrong flag would.
+    """
+    values = load_config_file(path)
+    # A key is a field name or any of its flags (``lr`` for ``--lr``, an alias of learning_rate).
+    actions = {}
+    for a in parser._actions:
+        if a.dest not in ("help", "config", "_configs") and a.option_strings and not a.option_strings[0].startswith("--no"):
+            for name in {a.dest, *(o.lstrip("-").replace("-", "_") for o in a.option_strings)}:
+                actions[name] = a
+    unknown = sorted(set(values) - set(actions))
     if unknown:
-        raise ValueError(f"{config_file}: unknown config keys {sorted(unknown)}")
-    for name in names:
-        v = getattr(args, name, None)
-        if v is not None:
-            values[name] = v
-    return cls(**values)
+        raise InputError(f"{path}: unknown config keys {unknown}; keys are the flag names (see --help)")
+    parser.set_defaults(**{actions[k].dest: _as_flag_text(v, actions[k], path) for k, v in values.items()})
+
+
+def config_from_args(cls: type, args: argparse.Namespace):
+    """Build dataclass ``cls`` from the parsed flags (its fields are among them)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)})
 
 
 def load_config_file(path: str) -> dict[str, Any]:
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"config file {path} not found")
-    text = p.read_text()
-    if p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    if not p.is_file():
+        raise InputError(f"config file {path}: " + ("is a directory" if p.is_dir() else "no such file"))
+    yaml_file = p.suffix in (".yaml", ".yml")
+    try:
+        data = _parse_yaml(p.read_text(encoding="utf-8")) if yaml_file else json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not valid {'YAML' if yaml_file else 'JSON'} ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file holds one mapping of option -> value")
+        raise InputError(f"{path}: a config file holds one mapping of option -> value")
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
-def _default(f: dataclasses.Field):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return "required"
+def _parse_yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:  # not a ValueError: re-raise as one, with its first line
+        raise ValueError(str(e).replace("\n", " ")) from None
 
 
-def _scalar_type(kind) -> Callable[[str], Any]:
-    text = str(kind)
-    if kind is int or "int" in text and "float" not in text and "str" not in text:
-        return int
-    if kind is float or "float" in text and "str" not in text:
-        return float
-    return str
+def _as_flag_text(value: Any, action: argparse.Action, path: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    if isinstance(value, (dict, list)):
+        raise InputError(f"{path}: {action.dest} must be a single value, got {type(value).__name__}")
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def tristate(help_: str) -> dict:
+    """Metadata for a ``bool | None`` field: ``--flag`` alone means True, ``--no-flag`` False
+    (added by :func:`add_command`), absent None."""
+    return {"help": help_, "nargs": "?", "const": True}
 
 
 @dataclass
@@ -114,25 +134,22 @@ class ModelOptions:
     model: str | None = field(default=None, metadata={"help": "local path or hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str | None = field(default=None, metadata={"help": "local PEFT adapter dir ('none' = no adapter); default: the shipped Set-LLM adapter with the embedded model", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
-    attn: str = field(default="sdpa", metadata={"help": "attention implementation", "choices": ["sdpa", "eager", "flex_attention"]})
+    attn: str = field(default="sdpa", metadata={"help": "attention implementation", "choices": ATTENTION_BACKENDS})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda", "metavar": "DEV"})
     chat: bool = field(default=False, metadata={"help": "wrap prompts in the model's chat template"})
-    exact: bool | None = field(default=None, metadata={"help": "sort set elements first (bit-identical outputs; invariant variants only)"})
+    exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
     allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
     allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
-    eos: bool | None = field(default=None, metadata={"help": "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"})
+    eos: bool | None = field(default=None, metadata=tristate(
+        "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
     batch_size: int = field(default=8, metadata={"help": "prompts per forward pass"})
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    add_dataclass_arguments(parser.add_argument_group("model"), ModelOptions)
 
 
 def load_setllm(args: argparse.Namespace, progress: bool = True):
     """A :class:`setllm.SetLLM` from the model flags."""
     from ..api import SetLLM
 
-    opts = dataclass_from_args(ModelOptions, args)
+    opts = config_from_args(ModelOptions, args)
     adapter = None if opts.adapter == "none" else (opts.adapter or "auto")
     return SetLLM.from_pretrained(
         opts.model, adapter, opts.variant, attn_implementation=opts.attn, device=opts.device, allow_pickle=opts.allow_pickle,

@@ -5,22 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_dataclass_arguments, add_model_arguments, dataclass_from_args, load_setllm
+from .common import ModelOptions, add_command, config_from_args, load_setllm
 
 
-def add_parser(sub) -> None:
-    from ..evaluation.runner import EvalConfig
+def add_parser(sub, name: str):
+    return _eval_parser(sub) if name == "eval" else _report_parser(sub)
 
-    p = sub.add_parser(
-        "eval", help="evaluate a model on a multiple-choice benchmark under option orderings",
+
+def _eval_parser(sub):
+    from ..evaluation.config import EvalConfig
+
+    p = add_command(
+        sub, "eval", [EvalConfig, ModelOptions], config_file=True,
+        help="evaluate a model on a multiple-choice benchmark under option orderings",
         description="Score every question of a benchmark under the orderings of its options and report accuracy per mode "
                     "(single, random, adversarial, majority). Writes --out/summary.json and predictions.jsonl; "
                     "rerunning with the same --out resumes.")
-    p.add_argument("--config", metavar="FILE", help="JSON/YAML file of evaluation options; flags override it")
-    add_dataclass_arguments(p.add_argument_group("evaluation"), EvalConfig)
-    add_model_arguments(p)
     p.set_defaults(func=cmd_eval)
+    return p
 
+
+def _report_parser(sub):
     r = sub.add_parser(
         "report", help="paper-style table and figures from `setllm eval` run directories",
         description="Print the Rand./Adv. accuracy table (markdown) of the run directories, and save the majority-vote "
@@ -30,13 +35,15 @@ def add_parser(sub) -> None:
     r.add_argument("--markdown", metavar="FILE", help="also write the tables to FILE")
     r.add_argument("--no-plots", action="store_true", help="print the tables only")
     r.set_defaults(func=cmd_report)
+    return r
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from ..evaluation.runner import EvalConfig, run_eval
-    from ..evaluation.tasks import get_task, load_records
+    from ..evaluation.config import EvalConfig
+    from ..evaluation.runner import run_eval
+    from ..tasks import get_task, load_records
 
-    cfg = dataclass_from_args(EvalConfig, args, args.config)
+    cfg = config_from_args(EvalConfig, args)
     # Read the data first: a bad record should not wait for the model to load.
     records, source = load_records(get_task(cfg.dataset), cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
     lm = load_setllm(args, progress=False)

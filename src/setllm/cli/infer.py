@@ -8,48 +8,54 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_model_arguments, load_setllm
+from ..errors import InputError
+from .common import ModelOptions, add_command, config_from_args, load_setllm
 
 DEMO_QUESTION = "Which city is the capital of France?"
 DEMO_OPTIONS = ["Budapest", "Paris", "Zurich", "Rome"]
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("choose", help="answer a multiple-choice question, options as a set",
-                       description="Score each option as the answer to QUESTION, with the options in the prompt as a set.")
+def add_parser(sub, name: str):
+    return {"choose": _choose_parser, "generate": _generate_parser, "demo": _demo_parser}[name](sub)
+
+
+def _choose_parser(sub):
+    p = add_command(sub, "choose", [ModelOptions], help="answer a multiple-choice question, options as a set",
+                    description="Score each option as the answer to QUESTION, with the options in the prompt as a set.")
     p.add_argument("question", help="the question text")
     p.add_argument("--options", nargs="+", required=True, metavar="OPT", help="the candidate answers (at least two)")
     p.add_argument("--context", help="optional context shown before the question")
     p.add_argument("--normalize", action="store_true", help="pick by mean per-token log-likelihood instead of the sum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    add_model_arguments(p)
     p.set_defaults(func=cmd_choose)
+    return p
 
-    p = sub.add_parser("generate", help="generate a response to a set prompt",
-                       description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
+
+def _generate_parser(sub):
+    from ..generation import GenerationConfig
+
+    p = add_command(sub, "generate", [GenerationConfig, ModelOptions], help="generate a response to a set prompt",
+                    description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", metavar="FILE", help='a JSON prompt {"prompt": ["text", {"set": ["a", "b"]}, ...]}, or a text file in markup')
     src.add_argument("--prompt", metavar="MARKUP", help=r"inline markup, e.g. 'Pick one:\n{{Paris\n||Rome\n}}Answer:'")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="most tokens to generate (default: 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop at this string (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    add_model_arguments(p)
     p.set_defaults(func=cmd_generate)
+    return p
 
-    p = sub.add_parser("demo", help="show the base model's order sensitivity next to Set-LLM's invariance",
-                       description="Answer one question under every ordering of its options, with the base model (causal-pe) and Set-LLM.")
+
+def _demo_parser(sub):
+    p = add_command(sub, "demo", [ModelOptions], help="show the base model's order sensitivity next to Set-LLM's invariance",
+                    description="Answer one question under every ordering of its options, with the base model (causal-pe) and Set-LLM.")
     p.add_argument("--question", default=DEMO_QUESTION, help="question to ask")
     p.add_argument("--options", nargs="+", default=DEMO_OPTIONS, metavar="OPT", help="its options (all orderings are tried)")
-    add_model_arguments(p)
     p.set_defaults(func=cmd_demo)
+    return p
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
     if len(args.options) < 2:  # say so before spending seconds loading the model
-        raise ValueError("choose needs at least two options")
+        raise InputError("choose needs at least two options")
     lm = load_setllm(args)
     choice = lm.choose(args.question, args.options, context=args.context, normalize=args.normalize)
     if args.json:
@@ -74,7 +80,7 @@ def read_prompt(args: argparse.Namespace):
         return parse_markup(args.prompt)
     path = Path(args.prompt_file)
     if not path.is_file():
-        raise FileNotFoundError(f"prompt file {path} not found")
+        raise InputError(f"prompt file {path}: " + ("is a directory" if path.is_dir() else "no such file"))
     text = path.read_text(encoding="utf-8")
     return from_json(text) if path.suffix == ".json" else parse_markup(text.rstrip("\n"))
 
@@ -83,7 +89,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generation import GenerationConfig
 
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
-    config = GenerationConfig(args.max_new_tokens, args.temperature, args.top_p, args.seed, tuple(args.stop))
+    config = config_from_args(GenerationConfig, args)
     lm = load_setllm(args)
     text = lm.generate([prompt], config)[0]
     print(json.dumps({"text": text, "variant": lm.variant.name}) if args.json else text)

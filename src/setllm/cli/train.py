@@ -1,7 +1,7 @@
 """``setllm train``: adapt a model to set prompts (LoRA or full fine-tuning).
 
-Every flag comes from :class:`setllm.training.TrainConfig`; ``--config FILE`` (YAML/JSON)
-supplies the rest, flags win.
+Every flag comes from :class:`setllm.training.TrainConfig` (transformers' ``TrainingArguments``
+plus setllm's fields); ``--config FILE`` (YAML/JSON) supplies the rest, flags win.
 """
 
 from __future__ import annotations
@@ -9,32 +9,32 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import add_dataclass_arguments, dataclass_from_args
+from .common import add_command, config_from_args
 
 EXAMPLES = """examples:
   setllm train --data ultrafeedback --data-dir ../shared/data --limit 500 --out runs/ultra
   setllm train --data arc_challenge,piqa --data-dir D --init-adapter runs/ultra --out runs/ultra-mc
-  setllm train --config configs/smollm2-135m-setllm.yaml --resume
+  setllm train --config src/setllm/adapters/smollm2-135m-setllm.yaml --resume
   accelerate launch "$(command -v setllm)" train --config my.yaml   # several GPUs (DDP/FSDP/DeepSpeed)
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, name: str = "train"):
     from ..training.config import TrainConfig
 
-    p = sub.add_parser("train", help="train a Set-LLM adapter (LoRA) or model on set prompts",
-                       description="Instruction-tune a variant: the prompt under the variant's mask and positions, "
-                                   "loss on response tokens only. Writes a PEFT adapter + setllm.json to --out.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", help="YAML or JSON file of options (flags override it)")
-    add_dataclass_arguments(p, TrainConfig)
+    p = add_command(sub, "train", [TrainConfig], config_file=True, help="train a Set-LLM adapter (LoRA) or model on set prompts",
+                    description="Instruction-tune a variant: the prompt under the variant's mask and positions, "
+                                "loss on response tokens only. Writes a PEFT adapter + setllm.json to --out. "
+                                "Every transformers TrainingArguments flag works too.",
+                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_train)
+    return p
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..training import TrainConfig, train
 
-    cfg = dataclass_from_args(TrainConfig, args, args.config)
+    cfg = config_from_args(TrainConfig, args)
     result = train(cfg)
     print(json.dumps({"out": result.out, "examples": result.examples, "steps": result.steps, "final_loss": result.final_loss,
                       "runtime_s": round(result.runtime_s, 1), "tokens": result.tokens}))

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..errors import InputError
 from .orderings import Ordering
 
 # How many of a question's orderings a metric needs, from least to most.
@@ -138,7 +139,7 @@ def plan_for(modes: Sequence[str]) -> str:
     """The least plan that serves every mode in ``modes``."""
     for m in modes:
         if m not in MODES:
-            raise ValueError(f"unknown mode {m!r}; choose from: {', '.join(MODES)}")
+            raise InputError(f"unknown mode {m!r}; choose from: {', '.join(MODES)}")
     return max((METRICS[m].needs for m in modes), key=PLANS.index)
 
 

@@ -21,11 +21,12 @@ import itertools
 import math
 import random
 
+from ..errors import InputError
+from ..tasks.base import Ordering
+
 ORDERING_CHOICES = ("random", "first")
 # Up to this many permutations, sample from the full list (exact, fast); above, reject duplicates.
 _ENUMERATE_UP_TO = 40320  # 8!
-
-Ordering = tuple[int, ...]
 
 
 def identity(k: int) -> Ordering:
@@ -41,11 +42,11 @@ def count_orderings(k: int, cap: int | None = None) -> int:
 def orderings(k: int, cap: int | None = None, choice: str = "random", seed: int = 0, key: str = "") -> list[Ordering]:
     """The orderings tested for a question with ``k`` options, identity first."""
     if k < 1:
-        raise ValueError(f"a question needs at least one option, got k={k}")
+        raise InputError(f"a question needs at least one option, got k={k}")
     if cap is not None and cap < 1:
-        raise ValueError(f"the ordering cap must be at least 1, got {cap}")
+        raise InputError(f"the ordering cap must be at least 1, got {cap}")
     if choice not in ORDERING_CHOICES:
-        raise ValueError(f"unknown ordering choice {choice!r}; choose one of: {', '.join(ORDERING_CHOICES)}")
+        raise InputError(f"unknown ordering choice {choice!r}; choose one of: {', '.join(ORDERING_CHOICES)}")
     n = count_orderings(k, cap)
     if n == math.factorial(k) or choice == "first":
         return list(itertools.islice(itertools.permutations(range(k)), n))

@@ -17,15 +17,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import DataError
+from ..tasks import TASKS, column
 from .metrics import majority_vote
-from .runner import to_result
 from .store import PREDICTIONS_FILE, SUMMARY_FILE
+from .summary import to_result
 
 PAPER_NAMES = {
     "causal-pe": "Causal Mask+PE", "causal-nope": "Causal Mask+NoPE", "prefix-nope": "Prefix Mask+NoPE",
     "prefix-pe": "Prefix Mask+PE", "prefix-setpe": "Prefix Mask+SetPE", "setmask-setpe": "SetMask+SetPE",
 }
-COLUMNS = {"piqa": "PIQA", "arc_challenge": "ARC", "commonsense_qa": "CSQA", "social_iqa": "SIQA"}
 
 
 @dataclass
@@ -69,7 +70,7 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     summary_path = path / SUMMARY_FILE
     if not summary_path.is_file():
-        raise FileNotFoundError(f"{path}: no {SUMMARY_FILE} (not a finished `setllm eval --out` directory)")
+        raise DataError(f"{path}: no {SUMMARY_FILE} (not a finished `setllm eval --out` directory)")
     summary = json.loads(summary_path.read_text())
     rows: dict[str, dict] = {}
     preds = path / PREDICTIONS_FILE
@@ -80,7 +81,7 @@ def load_run(path: str | Path) -> Run:
     ids = summary.get("ids") or list(rows)  # the file may hold more questions than this summary
     missing = [i for i in ids if i not in rows]
     if missing:
-        raise FileNotFoundError(f"{preds}: no predictions for {len(missing)} questions of the summary (first: {missing[0]})")
+        raise DataError(f"{preds}: no predictions for {len(missing)} questions of the summary (first: {missing[0]})")
     return Run(path, summary, [rows[i] for i in ids])
 
 
@@ -100,13 +101,13 @@ def markdown_table(runs: list[Run]) -> str:
         for mode in ("single", "majority") if run.order_sensitive else ("single",):
             if mode in t:
                 time[(run.name, run.training, "Majority Vote" if mode == "majority" else "Single run")][d] = t[mode]
-    head = "| Model | Training | Eval. Mode | " + " | ".join(f"{COLUMNS.get(d, d)} Rand. | {COLUMNS.get(d, d)} Adv." for d in datasets) + " |"
+    head = "| Model | Training | Eval. Mode | " + " | ".join(f"{column(d)} Rand. | {column(d)} Adv." for d in datasets) + " |"
     lines = [head, "|" + "---|" * (3 + 2 * len(datasets))]
     for key, cells in acc.items():
         vals = [v for d in datasets for v in cells.get(d, (None, None))]
         lines.append("| " + " | ".join(key) + " | " + " | ".join(_pct(v) for v in vals) + " |")
     lines += ["", "Runtime (s) of the scoring passes each mode needs:", "",
-              "| Model | Training | Eval. Mode | " + " | ".join(COLUMNS.get(d, d) for d in datasets) + " |",
+              "| Model | Training | Eval. Mode | " + " | ".join(column(d) for d in datasets) + " |",
               "|" + "---|" * (3 + len(datasets))]
     for key, cells in time.items():
         lines.append("| " + " | ".join(key) + " | " + " | ".join(_num(cells.get(d)) for d in datasets) + " |")
@@ -153,11 +154,11 @@ def save_plots(runs: list[Run], out_dir: str | Path) -> list[Path]:
     written = []
     for run in runs:
         if "majority" in run.summary["accuracy"] and run.order_sensitive:
-            title = f"{run.title}, majority vote: {COLUMNS.get(run.summary['dataset'], run.summary['dataset'])}"
+            title = f"{run.title}, majority vote: {column(run.summary['dataset'])}"
             path = out_dir / f"votes_accuracy_{run.summary['dataset']}_{_slug(run.title)}.png"
             written.append(_bar_plot(plt, vote_accuracy(run, _seed(run)), "accuracy (%)", title, path))
     for base, inv in pairs(runs):
-        title = f"agreement: {base.title} majority vs {inv.title}: {COLUMNS.get(base.summary['dataset'], base.summary['dataset'])}"
+        title = f"agreement: {base.title} majority vs {inv.title}: {column(base.summary['dataset'])}"
         path = out_dir / f"agreement_{base.summary['dataset']}_{_slug(base.title)}_vs_{_slug(inv.title)}.png"
         written.append(_bar_plot(plt, agreement(base, inv, _seed(base)), "agreement rate (%)", title, path))
     return written
@@ -183,7 +184,7 @@ def _notes(runs: list[Run]) -> list[str]:
     for run in runs:
         s = run.summary
         o = s.get("orderings", {})
-        line = f"- {run.title} on {COLUMNS.get(s['dataset'], s['dataset'])} {s['split']}: n={s['n']}"
+        line = f"- {run.title} on {column(s['dataset'])} {s['split']}: n={s['n']}"
         if o.get("max") and not s["one_run_per_question"]:
             line += f", at most {o['max']} orderings per question ({o['choice']}, seed {o['seed']})"
         if "invariance_flips" in s:
@@ -199,7 +200,7 @@ def _notes(runs: list[Run]) -> list[str]:
 
 def _datasets(runs: list[Run]) -> list[str]:
     have = {r.summary["dataset"] for r in runs}
-    return [d for d in COLUMNS if d in have] + sorted(have - set(COLUMNS))
+    return [d for d in TASKS if d in have] + sorted(have - set(TASKS))
 
 
 def _seed(run: Run) -> int:

@@ -1,94 +1,29 @@
 """Run an evaluation: score each question under its orderings, write predictions as they
-finish, and summarise every requested mode.
+finish, and summarise every requested mode (:mod:`.summary`; options: :mod:`.config`).
 
 The ladder: ``run_eval -> evaluate_chunk -> score_batch``. Questions go in chunks of
 ``batch_size``; within a chunk the due (question, ordering) pairs are scored
 ``batch_size`` prompts per forward. Only ``adversarial`` (without ``random``/``majority``)
 stops a question at its first wrong answer, so it scores orderings round by round.
-
-Cost per mode is what that mode alone would have run: each scored ordering carries its
-share of its batch's time (batch time / prompts in the batch) and the batch's peak memory;
-``single`` counts the first ordering, ``adversarial`` the orderings up to the first failure,
-``random`` and ``majority`` all of them.
 """
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
 from ..api import pick
 from ..data import MCRecord
+from ..tasks import MCTask, Template, get_task, load_records
 from . import store
-from .metrics import METRICS, MODES, PLANS, QuestionResult, answer_changes, majority_vote, plan_for
-from .orderings import ORDERING_CHOICES, Ordering, identity, orderings
-from .resources import memory_measure, peak_memory_mb, reset_peak_memory
-from .tasks import TASKS, TEMPLATES, Template, TaskSpec, get_task, load_records
-
-
-def _help(text: str, **extra) -> dict:
-    return {"help": text, **extra}
-
-
-@dataclass
-class EvalConfig:
-    """One ``setllm eval`` run (the model flags are :class:`setllm.cli.common.ModelOptions`)."""
-
-    dataset: str | None = field(default=None, metadata=_help("benchmark to evaluate", choices=list(TASKS)))
-    split: str | None = field(default=None, metadata=_help("split; default: the paper's (ARC test, others validation)", metavar="S"))
-    data_dir: str | None = field(default=None, metadata=_help("read <D>/<dataset>/<split>.jsonl instead of the HF hub", metavar="D"))
-    data_file: str | None = field(default=None, metadata=_help(
-        "your own JSONL of {question, choices, label, context?} (with --dataset: that benchmark's templates)", metavar="F"))
-    template: str = field(default="modified", metadata=_help(
-        "'modified': options in the prompt as a set; 'original': the paper's original prompt", choices=list(TEMPLATES)))
-    modes: str = field(default="single,random,adversarial,majority", metadata=_help(
-        "comma-separated modes: " + ", ".join(MODES), metavar="M[,M...]"))
-    max_orderings: int | None = field(default=None, metadata=_help(
-        "test at most N orderings per question (the dataset's order always included); default: all k!", metavar="N"))
-    ordering_choice: str = field(default="random", metadata=_help(
-        "which orderings under --max-orderings: 'random' (seeded per question) or 'first' (lexicographic; the paper's CSQA choice)",
-        choices=list(ORDERING_CHOICES)))
-    verify_invariance: bool = field(default=False, metadata=_help(
-        "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
-    normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
-    limit: int | None = field(default=None, metadata=_help("evaluate at most N questions", metavar="N"))
-    subset_seed: int | None = field(default=None, metadata=_help("with --limit: a seeded random subset instead of the first N", metavar="S"))
-    seed: int = field(default=0, metadata=_help("seed for sampled orderings and majority-vote tie-breaks", metavar="S"))
-    label: str | None = field(default=None, metadata=_help("row name in `setllm report`; default: the variant's paper name", metavar="TEXT"))
-    out: str = field(default="", metadata=_help("run directory: run.json, predictions.jsonl, summary.json (required)", metavar="DIR"))
-    overwrite: bool = field(default=False, metadata=_help("discard an earlier run in --out instead of resuming it"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
-
-    def __post_init__(self) -> None:
-        if not self.out:
-            raise ValueError("no output directory: pass --out DIR")
-        if self.dataset is None and not self.data_file:
-            raise ValueError("pass --dataset (one of: " + ", ".join(TASKS) + ") or --data-file FILE.jsonl")
-        if self.dataset is not None:
-            get_task(self.dataset)
-        if isinstance(self.modes, (list, tuple)):  # from a config file
-            self.modes = ",".join(self.modes)
-        plan_for(self.mode_list)
-        if not self.mode_list:
-            raise ValueError("--modes is empty; choose from: " + ", ".join(MODES))
-        if self.template not in TEMPLATES:
-            raise ValueError(f"--template must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
-        if self.ordering_choice not in ORDERING_CHOICES:
-            raise ValueError(f"--ordering-choice must be one of {', '.join(ORDERING_CHOICES)}, got {self.ordering_choice!r}")
-        for name in ("max_orderings", "limit"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-
-    @property
-    def mode_list(self) -> list[str]:
-        return [m.strip() for m in self.modes.split(",") if m.strip()]
+from .config import EvalConfig
+from .metrics import PLANS, QuestionResult, majority_vote, plan_for
+from .orderings import Ordering, identity, orderings
+from .resources import peak_memory_mb, reset_peak_memory
+from .summary import summarize
 
 
 @dataclass
@@ -191,61 +126,6 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
         q.add(order, s, seconds, peak, normalize)
 
 
-def summarize(rows: Sequence[dict], cfg: EvalConfig, settings: dict, lm=None) -> dict:
-    """``summary.json`` from finished rows (one per question, in evaluation order)."""
-    results = [to_result(r) for r in rows]
-    modes = cfg.mode_list
-    multi = [r for r in rows if len(r["predictions"]) > 1]
-    summary = {
-        "dataset": settings["dataset"], "split": settings["split"], "n": len(rows), "variant": settings["variant"],
-        "template": settings["template"], "model": settings["model"], "adapter": settings["adapter"], "label": cfg.label,
-        "invariant": settings["invariant"], "modes": modes,
-        "accuracy": {m: round(METRICS[m].aggregate(results, cfg.seed), 4) for m in modes},
-        **_mode_costs(rows, modes),
-        "one_run_per_question": all(r["one_run"] for r in rows),
-        "orderings": {"max": cfg.max_orderings, "choice": cfg.ordering_choice, "seed": cfg.seed,
-                      "mean_tested": round(sum(len(r["orderings"]) for r in rows) / len(rows), 3)},
-    }
-    if multi:
-        summary["invariance_flips"] = sum(answer_changes(to_result(r)) for r in multi)
-        summary["invariance_runs"] = sum(len(r["predictions"]) - 1 for r in multi)
-        summary["max_logprob_diff"] = max(r["max_logprob_diff"] for r in multi)
-        summary["invariance_verified"] = cfg.verify_invariance
-    if plan_for(modes) == "all" and multi:
-        summary["flip_rate"] = round(METRICS["flip"].aggregate(results, cfg.seed), 4)
-    summary["metrics"] = {m.name: {"meaning": m.meaning, "higher_is_better": m.higher_is_better, "unit": "%"}
-                          for m in METRICS.values() if m.name in modes or (m.name == "flip" and "flip_rate" in summary)}
-    summary.update(memory_measure=memory_measure(lm.model.device) if lm is not None else None, settings=settings,
-                   setllm_version=__version__, python=platform.python_version(),
-                   finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                   ids=[r["id"] for r in rows])  # which rows of predictions.jsonl this summary covers
-    return summary
-
-
-def to_result(row: dict) -> QuestionResult:
-    return QuestionResult(row["id"], row["label"], tuple(tuple(o) for o in row["orderings"]), tuple(row["predictions"]), row["plan"])
-
-
-def _mode_costs(rows: Sequence[dict], modes: Sequence[str]) -> dict:
-    """Time, peak memory and runs of what each mode alone would have scored."""
-    return {
-        "runtime_s": {m: round(sum(sum(r["time_s"][i] for i in _cost(r, m)) for r in rows), 3) for m in modes},
-        "peak_memory_mb": {m: max(max(r["peak_mb"][i] for i in _cost(r, m)) for r in rows) for m in modes},
-        "runs_per_question": {m: round(sum(len(_cost(r, m)) for r in rows) / len(rows), 3) for m in modes},
-    }
-
-
-def _cost(row: dict, mode: str) -> list[int]:
-    """Indices of the orderings ``mode`` alone would have run for this question."""
-    n = len(row["predictions"])
-    if row["one_run"] or mode == "single":
-        return [0]
-    if mode == "adversarial":
-        wrong = [i for i, p in enumerate(row["predictions"]) if p != row["label"]]
-        return list(range(wrong[0] + 1 if wrong else n))
-    return list(range(n))
-
-
 def _due(record: MCRecord, one_run: bool, cfg: EvalConfig) -> list[Ordering]:
     k = len(record.choices)
     return [identity(k)] if one_run else orderings(k, cfg.max_orderings, cfg.ordering_choice, cfg.seed, record.id)
@@ -255,7 +135,7 @@ def _covers(row: dict | None, plan: str) -> bool:
     return row is not None and PLANS.index(row["plan"]) >= PLANS.index(plan)
 
 
-def _settings(lm, cfg: EvalConfig, task: TaskSpec, source: str, meta: dict) -> dict:
+def _settings(lm, cfg: EvalConfig, task: MCTask, source: str, meta: dict) -> dict:
     """What makes two runs' predictions comparable; a resumed run must match them."""
     import torch
 

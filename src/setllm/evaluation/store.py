@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import DataError
+from ..errors import InputError
 
 SETTINGS_FILE = "run.json"
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -28,7 +29,7 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
         diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         if diff:
             shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff[:3])
-            raise ValueError(f"{out} holds a run with other settings ({shown}); use another --out, or --overwrite to start again")
+            raise InputError(f"{out} holds a run with other settings ({shown}); use another --out, or --overwrite to start again")
         return
     write_json(path, settings)
 

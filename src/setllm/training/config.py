@@ -1,10 +1,16 @@
-"""The one training config: a dataclass, filled from a YAML/JSON file and CLI flags.
+"""The one training config: transformers' ``TrainingArguments`` plus what setllm adds.
 
-Defaults are the paper's (Egressy & Stühmer 2025): LoRA rank 8, alpha 1 on every linear
-layer of attention and MLP, AdamW with no weight decay, a linear schedule warming up over
-10% of the steps, seed 42. The learning rate default sits inside the paper's grid
-(1e-4 .. 3e-3); with alpha 1 and rank 8 the LoRA update is scaled by 1/8, so small
-learning rates move the model very little.
+Optimisation, logging, checkpointing and devices are ``TrainingArguments`` fields (every
+``setllm train`` flag of the HF Trainer works: ``--learning_rate``, ``--bf16``,
+``--lr_scheduler_type``, ...); this class adds the data, the variant and LoRA, and changes
+only the defaults that differ. Those are the paper's (Egressy & Stühmer 2025): LoRA rank 8,
+alpha 1 on every linear layer of attention and MLP, AdamW with no weight decay, a linear
+schedule warming up over 10% of the steps, seed 42. The learning rate default sits inside
+the paper's grid (1e-4 .. 3e-3); with alpha 1 and rank 8 the LoRA update is scaled by 1/8,
+so small learning rates move the model very little.
+
+Short names kept from earlier setllm versions are aliases: ``--out``, ``--lr``,
+``--batch-size``, ``--grad-accum``, ``--epochs``, ``--warmup``.
 """
 
 from __future__ import annotations
@@ -12,9 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from transformers import TrainingArguments
+
+from ..errors import InputError
+from ..runtime import ATTENTION_BACKENDS
 from ..variants import DEFAULT_VARIANT, VARIANTS
 
 OVERLONG_POLICIES = ("truncate", "skip")
+# Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
+RECORDED_HF_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
+                      "warmup_steps", "weight_decay", "max_grad_norm", "seed", "train_sampling_strategy", "bf16")
 
 
 def _help(text: str, **extra) -> dict:
@@ -22,14 +36,13 @@ def _help(text: str, **extra) -> dict:
 
 
 @dataclass
-class TrainConfig:
-    """Everything ``setllm train`` needs; one field per flag (``--lora-r``, ...)."""
+class TrainConfig(TrainingArguments):
+    """Everything ``setllm train`` needs: ``TrainingArguments`` + data, variant, LoRA."""
 
     # -- what to train --------------------------------------------------------------------
     data: str = field(default="", metadata=_help(
         "comma-separated data specs: a benchmark (arc_challenge, piqa, commonsense_qa, social_iqa), "
         "ultrafeedback, or a JSONL file of {\"prompt\": <set prompt>, \"response\": str}; SPEC:N takes N examples of it", metavar="SPEC[,SPEC...]"))
-    out: str = field(default="", metadata=_help("output directory (adapter, setllm.json, train_log.jsonl, checkpoints)", metavar="DIR"))
     model: str | None = field(default=None, metadata=_help("base model: local path or hub id; default: the embedded SmolLM2-135M-Instruct", metavar="M"))
     variant: str = field(default=DEFAULT_VARIANT, metadata=_help("variant to train (mask + positions)", choices=list(VARIANTS)))
     chat: bool = field(default=False, metadata=_help("wrap prompts in the tokenizer's chat template (recorded in setllm.json)"))
@@ -50,19 +63,6 @@ class TrainConfig:
         "min-response-tokens are skipped), 'skip' drops them; both are counted", choices=list(OVERLONG_POLICIES)))
     min_response_tokens: int = field(default=8, metadata=_help("fewest response tokens an example keeps after truncation", metavar="N"))
 
-    # -- optimisation ---------------------------------------------------------------------
-    lr: float = field(default=1e-3, metadata=_help("peak learning rate (paper grid: 1e-4 .. 3e-3)", metavar="X"))
-    batch_size: int = field(default=8, metadata=_help("examples per device per step", metavar="N"))
-    grad_accum: int = field(default=1, metadata=_help("gradient accumulation steps", metavar="N"))
-    epochs: float = field(default=1.0, metadata=_help("passes over the data (ignored when --max-steps is set)", metavar="X"))
-    max_steps: int | None = field(default=None, metadata=_help("stop after N optimizer steps (overrides --epochs)", metavar="N"))
-    warmup: float = field(default=0.1, metadata=_help("warmup: a fraction of the steps (< 1) or a number of steps", metavar="X"))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay", metavar="X"))
-    max_grad_norm: float = field(default=1.0, metadata=_help("gradient clipping norm", metavar="X"))
-    seed: int = field(default=42, metadata=_help("seed for initialisation and data order", metavar="S"))
-    group_by_length: bool = field(default=True, metadata=_help(
-        "batch examples of similar length together (less padding; still seeded and resumable)"))
-
     # -- LoRA -----------------------------------------------------------------------------
     lora_r: int = field(default=8, metadata=_help("LoRA rank", metavar="R"))
     lora_alpha: float = field(default=1.0, metadata=_help("LoRA alpha (the update is scaled by alpha / r)", metavar="A"))
@@ -71,48 +71,80 @@ class TrainConfig:
         "modules LoRA adapts: 'all-linear' (attention and MLP, not the LM head) or comma-separated names", metavar="NAMES"))
 
     # -- running --------------------------------------------------------------------------
-    logging_steps: int = field(default=10, metadata=_help("log loss and tokens/s every N steps", metavar="N"))
-    save_steps: int = field(default=50, metadata=_help("checkpoint every N steps (for --resume)", metavar="N"))
-    save_total_limit: int | None = field(default=2, metadata=_help("keep the N newest checkpoints", metavar="N"))
     resume: bool = field(default=False, metadata=_help("continue from the newest checkpoint in --out"))
     overwrite: bool = field(default=False, metadata=_help("allow an --out that already holds checkpoints (without --resume)"))
-    attn: str = field(default="sdpa", metadata=_help("attention implementation", choices=["sdpa", "eager", "flex_attention"]))
-    dtype: str = field(default="float32", metadata=_help(
-        "weight dtype: float32 (CPU), or bf16 mixed precision on GPU", choices=["float32", "bf16"]))
+    attn: str = field(default="sdpa", metadata=_help("attention implementation", choices=ATTENTION_BACKENDS))
     allow_untested: bool = field(default=False, metadata=_help("try a model type setllm has not verified"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar"))
+
+    # -- TrainingArguments fields whose defaults (or short names) are setllm's ------------
+    output_dir: str | None = field(default=None, metadata=_help(
+        "output directory (adapter, setllm.json, train_log.jsonl, checkpoints)", metavar="DIR", aliases=["--out"]))
+    learning_rate: float = field(default=1e-3, metadata=_help("peak learning rate (paper grid: 1e-4 .. 3e-3)", metavar="X", aliases=["--lr"]))
+    per_device_train_batch_size: int = field(default=8, metadata=_help("examples per device per step", metavar="N", aliases=["--batch-size"]))
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("gradient accumulation steps", metavar="N", aliases=["--grad-accum"]))
+    num_train_epochs: float = field(default=1.0, metadata=_help("passes over the data (ignored when --max-steps is set)", metavar="X", aliases=["--epochs"]))
+    warmup_steps: float = field(default=0.1, metadata=_help("warmup: a fraction of the steps (< 1) or a number of steps", metavar="X", aliases=["--warmup"]))
+    logging_steps: float = field(default=10, metadata=_help("log loss and tokens/s every N steps", metavar="N"))
+    save_steps: float = field(default=50, metadata=_help("checkpoint every N steps (for --resume)", metavar="N"))
+    save_total_limit: int | None = field(default=2, metadata=_help("keep the N newest checkpoints", metavar="N"))
+    train_sampling_strategy: str = field(default="group_by_length", metadata=_help(
+        "'group_by_length' batches examples of similar length together (less padding; still seeded and resumable), or 'random'",
+        choices=["random", "sequential", "group_by_length", "batch_rebalance"]))
+    report_to: str | None = field(default="none", metadata=_help("experiment trackers to report to (none by default)"))
+    # The collator's layout tensors are not model arguments: the Trainer must not drop them.
+    remove_unused_columns: bool = field(default=False, metadata=_help("keep False: setllm's batches carry layout tensors"))
+    # Every trainable tensor is used in every step.
+    ddp_find_unused_parameters: bool | None = field(default=False, metadata=_help("DDP: look for unused parameters (not needed)"))
 
     def __post_init__(self) -> None:
+        self._check_setllm_fields()
+        self.use_cpu = self.use_cpu or not torch.cuda.is_available()
+        super().__post_init__()
+
+    def _check_setllm_fields(self) -> None:
         if not self.data.strip():
-            raise ValueError("no training data: pass --data SPEC[,SPEC...] (e.g. --data ultrafeedback,arc_challenge)")
-        if not self.out:
-            raise ValueError("no output directory: pass --out DIR")
+            raise InputError("no training data: pass --data SPEC[,SPEC...] (e.g. --data ultrafeedback,arc_challenge)")
+        if not self.output_dir:
+            raise InputError("no output directory: pass --out DIR")
         if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
+            raise InputError(f"unknown variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
         if self.overlong not in OVERLONG_POLICIES:
-            raise ValueError(f"--overlong must be one of {', '.join(OVERLONG_POLICIES)}, got {self.overlong!r}")
-        for name in ("batch_size", "grad_accum", "max_length", "logging_steps", "save_steps", "lora_r", "min_response_tokens"):
+            raise InputError(f"--overlong must be one of {', '.join(OVERLONG_POLICIES)}, got {self.overlong!r}")
+        for name, flag in (("per_device_train_batch_size", "--batch-size"), ("gradient_accumulation_steps", "--grad-accum"),
+                           ("max_length", "--max-length"), ("logging_steps", "--logging-steps"), ("save_steps", "--save-steps"),
+                           ("lora_r", "--lora-r"), ("min_response_tokens", "--min-response-tokens")):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("limit", "max_steps", "save_total_limit"):
+                raise InputError(f"{flag} must be at least 1, got {getattr(self, name)}")
+        for name in ("limit", "save_total_limit"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if not 0 < self.lr < 1:
-            raise ValueError(f"--lr must be in (0, 1), got {self.lr} (the paper's grid is 1e-4 .. 3e-3)")
-        if self.epochs <= 0:
-            raise ValueError(f"--epochs must be positive, got {self.epochs}")
-        if self.warmup < 0:
-            raise ValueError(f"--warmup must be >= 0 (a fraction < 1 or a step count), got {self.warmup}")
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise InputError(f"--max-steps must be at least 1, got {self.max_steps}")
+        if not 0 < self.learning_rate < 1:
+            raise InputError(f"--lr must be in (0, 1), got {self.learning_rate} (the paper's grid is 1e-4 .. 3e-3)")
+        if self.num_train_epochs <= 0:
+            raise InputError(f"--epochs must be positive, got {self.num_train_epochs}")
+        if self.warmup_steps < 0:
+            raise InputError(f"--warmup must be >= 0 (a fraction < 1 or a step count), got {self.warmup_steps}")
         if not 0 <= self.lora_dropout < 1:
-            raise ValueError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
+            raise InputError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         if self.min_response_tokens >= self.max_length:
-            raise ValueError(f"--min-response-tokens ({self.min_response_tokens}) must be below --max-length ({self.max_length})")
+            raise InputError(f"--min-response-tokens ({self.min_response_tokens}) must be below --max-length ({self.max_length})")
         if self.full_finetune and self.init_adapter:
-            raise ValueError("--init-adapter continues a LoRA adapter; it cannot be combined with --full-finetune")
+            raise InputError("--init-adapter continues a LoRA adapter; it cannot be combined with --full-finetune")
         if self.init_adapter and not (Path(self.init_adapter) / "adapter_config.json").exists():
-            raise ValueError(f"--init-adapter {self.init_adapter}: no adapter_config.json there (expected a PEFT adapter directory)")
+            raise InputError(f"--init-adapter {self.init_adapter}: no adapter_config.json there (expected a PEFT adapter directory)")
+
+    @property
+    def out(self) -> str:
+        return str(self.output_dir)
 
     @property
     def specs(self) -> list[str]:
         return [s.strip() for s in self.data.split(",") if s.strip()]
+
+    def recorded(self) -> dict:
+        """What setllm.json records of this run: setllm's fields and the HF ones that shape it."""
+        own = [f for f in self.__dataclass_fields__ if f not in TrainingArguments.__dataclass_fields__ and f not in ("resume", "overwrite")]
+        return {k: getattr(self, k) for k in [*own, *RECORDED_HF_FIELDS]}

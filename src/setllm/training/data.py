@@ -1,14 +1,10 @@
 """Training data: data specs -> (set prompt, response) examples.
 
-A spec is a benchmark name (its train split, rendered with the paper's modified template by
-the evaluation's task spec: ``Question / Choices as a set / Answer``, SIQA with its
-instruction and context and no numbering), the word
-``ultrafeedback`` (instruction -> chosen response), or a path to a JSONL file of
+A spec is a benchmark name (its train split, rendered by its task file in the paper's
+modified template: ``Question / Choices as a set / Answer``, SIQA with its instruction and
+context and no numbering), the word ``ultrafeedback`` (instruction -> chosen response, see
+:mod:`setllm.tasks.ultrafeedback`), or a path to a JSONL file of
 ``{"prompt": <set prompt>, "response": str}``; ``spec:N`` takes N examples of it.
-
-UltraFeedback prompts are ``Question: <instruction>\\nAnswer:``: the same cue the benchmark
-template ends with, so pre-finetuning teaches the model one prompt/answer format, and the
-prompt is still read bidirectionally (the Set-LLM mask) even though it holds no set.
 
 Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or, with
 ``skip_bad``, are counted and reported; never dropped silently.
@@ -21,12 +17,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from ..data import BENCHMARKS, DataError, iter_jsonl, parse_record, subset
+from ..data import DataError, iter_jsonl, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
+from ..tasks import TASKS, get_task, hub_rows, ultrafeedback
 
-ULTRAFEEDBACK = "ultrafeedback"
-# Where the hub is reachable: the binarized UltraFeedback the paper's Ultra models start from.
-ULTRAFEEDBACK_HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
+ULTRAFEEDBACK = ultrafeedback.NAME
 
 
 @dataclass(frozen=True)
@@ -54,31 +49,16 @@ class LoadReport:
 
 
 def mc_example(obj: object, where: str, task: str | None = None) -> Example:
-    """A benchmark record in the paper's modified template, rendered by the evaluation's own
-    task spec (one template for training and ``setllm eval``); response = the correct option."""
-    from ..evaluation.tasks import get_task
-
-    rec = parse_record(obj, where)
+    """A benchmark record as its task file renders it for training (the template
+    ``setllm eval`` asks with); response = the correct option."""
     spec = get_task(task)
-    spec.check(rec, where)
-    rendered = spec.modified.render(rec, tuple(range(len(rec.choices))))
-    return Example(rendered.prompt, rendered.options[rec.label], where)
+    record = parse_record(obj, where)
+    spec.check(record, where)
+    return Example(*spec.training_pair(record), where)
 
 
 def ultrafeedback_example(obj: object, where: str) -> Example:
-    """An UltraFeedback row (``instruction``/``response``, or the hub's ``prompt``/``chosen``)."""
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    instruction = obj.get("instruction", obj.get("prompt"))
-    response = obj.get("response", obj.get("chosen"))
-    if isinstance(response, list):  # the hub's chat form: [user, assistant]
-        response = response[-1].get("content") if response and isinstance(response[-1], dict) else None
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise DataError(f"{where}: missing or empty 'instruction'")
-    if not isinstance(response, str) or not response.strip():
-        raise DataError(f"{where}: missing or empty 'response' (the chosen answer)")
-    # Strip: trailing spaces/newlines would tokenize differently on their own (see templates).
-    return Example(as_prompt([f"Question: {instruction.strip()}\nAnswer:"]), response.strip(), where)
+    return Example(*ultrafeedback.instruction_pair(obj, where), where)
 
 
 def prompt_response_example(obj: object, where: str) -> Example:
@@ -112,13 +92,13 @@ def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad:
 
 def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable[[object, str], Example]]:
     """The file a spec reads (None = the hub) and the parser of its records."""
-    if spec in BENCHMARKS:
+    if spec in TASKS:
         return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), partial(mc_example, task=spec)
     if spec == ULTRAFEEDBACK:
         return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), ultrafeedback_example
     if spec.endswith(".jsonl") or Path(spec).is_file():
         return Path(spec), prompt_response_example
-    raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(BENCHMARKS)}), {ULTRAFEEDBACK}, or a path to a .jsonl file")
+    raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(TASKS)}), {ULTRAFEEDBACK}, or a path to a .jsonl file")
 
 
 def split_count(spec: str) -> tuple[str, int | None]:
@@ -152,20 +132,7 @@ def load_examples(specs: list[str], data_dir: str | None = None, limit: int | No
 
 def _from_hub(spec: str, parse, skip_bad: bool, skipped: list[str]) -> list[Example]:
     """Where the hub is reachable: the same records through ``datasets``."""
-    if spec in BENCHMARKS:
-        from ..data import load_benchmark
-
-        records = load_benchmark(spec, "train")
-        rows = [{"question": r.question, "choices": list(r.choices), "label": r.label, "context": r.context} for r in records]
-    else:
-        try:
-            import datasets
-
-            rows = list(datasets.load_dataset(ULTRAFEEDBACK_HUB[0], split=ULTRAFEEDBACK_HUB[1]))
-        except ImportError:
-            raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
-        except Exception as e:  # network, missing split, ...: one clear line for the user
-            raise DataError(f"could not load {ULTRAFEEDBACK_HUB[0]} from the hub ({type(e).__name__}); pass --data-dir") from None
+    rows = ultrafeedback.hub_rows() if spec == ULTRAFEEDBACK else hub_rows(TASKS[spec], "train")
     out = []
     for i, obj in enumerate(rows):
         try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..codec import Codec
 from ..errors import InputError
-from ..loading import DEFAULT_MODEL, METADATA_FILE, AdapterInfo, load_model
+from ..loading import DEFAULT_MODEL, AdapterInfo, load_model
 from ..runtime import check_length, check_model
 from ..variants import get_variant
 from .collator import SetCollator, featurize
@@ -84,41 +84,10 @@ def checkpoint_to_resume(cfg: TrainConfig) -> str | None:
     out = Path(cfg.out)
     last = get_last_checkpoint(str(out)) if out.is_dir() else None
     if cfg.resume and last is None:
-        raise ValueError(f"--resume: no checkpoint-* directory in {out} to resume from")
+        raise InputError(f"--resume: no checkpoint-* directory in {out} to resume from")
     if not cfg.resume and last is not None and not cfg.overwrite:
-        raise ValueError(f"{out} already holds checkpoints ({Path(last).name}); pass --resume to continue, or --overwrite to start over")
+        raise InputError(f"{out} already holds checkpoints ({Path(last).name}); pass --resume to continue, or --overwrite to start over")
     return last if cfg.resume else None
-
-
-def training_arguments(cfg: TrainConfig):
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=cfg.out,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1,
-        lr_scheduler_type="linear",
-        warmup_steps=cfg.warmup,
-        optim="adamw_torch",
-        seed=cfg.seed,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        report_to="none",
-        disable_tqdm=not cfg.progress,
-        remove_unused_columns=False,  # the collator's layout tensors are not model arguments
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        bf16=cfg.dtype == "bf16",
-        use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0,
-        ddp_find_unused_parameters=False,  # every trainable tensor is used in every step
-    )
 
 
 def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer=None) -> TrainResult:
@@ -134,7 +103,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
     codec = Codec.for_model(model, tokenizer, variant, exact=variant.invariant, chat=cfg.chat)
     features, length_report = featurize(codec, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
     if not features:
-        raise ValueError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
+        raise InputError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
     for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
         print(f"setllm train: {line}", file=sys.stderr)
     trainer = make_trainer(cfg, model, codec, features, callbacks)
@@ -149,13 +118,13 @@ def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], ca
 
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     trainer = SetLLMTrainer(
-        model=model, args=training_arguments(cfg), train_dataset=features,
+        model=model, args=cfg, train_dataset=features,
         data_collator=SetCollator(codec.variant.positions, codec.pad_id), variant=codec.variant,
         callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
     )
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    if cfg.progress:
+    if not cfg.disable_tqdm:
         trainer.add_callback(BarCallback())
     return trainer
 
@@ -174,7 +143,7 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     summary = {
         "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer),
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("resume", "overwrite", "progress")},
+        "config": cfg.recorded(),
     }
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True).write(out, training=summary)
 
@@ -195,23 +164,4 @@ def _final_loss(trainer) -> float | None:
     return losses[-1] if losses else None
 
 
-__all__ = ["TrainResult", "build_model", "export_adapter", "train"]
-
-
-def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Path:
-    """Copy what loading needs (adapter config, weights, setllm.json) to ``dest``, the weights
-    cast to ``dtype`` (bf16 halves the size; LoRA deltas are small, so the loss is in the
-    low bits): no checkpoints, no pickles, no generated model card."""
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
-    src, dest = Path(src), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", METADATA_FILE):
-        shutil.copyfile(src / name, dest / name)
-    weights = load_file(src / "adapter_model.safetensors")
-    cast = {"bf16": torch.bfloat16, "float32": torch.float32}[dtype]
-    save_file({k: v.to(cast).contiguous() for k, v in weights.items()}, dest / "adapter_model.safetensors", metadata={"format": "pt"})
-    (dest / "adapter_model.safetensors").chmod(0o644)  # package data: readable by every user
-    return dest
+__all__ = ["TrainResult", "build_model", "train"]

@@ -75,7 +75,9 @@ def test_bad_json_prompt_file(capsys, tmp_path):
     code, _, err = cli(capsys, "generate", "--prompt-file", str(f))
     assert code == 2 and "malformed JSON at line 1" in err
     code, _, err = cli(capsys, "generate", "--prompt-file", str(tmp_path / "missing.json"))
-    assert code == 2 and "not found" in err
+    assert code == 2 and "missing.json: no such file" in err
+    code, _, err = cli(capsys, "generate", "--prompt-file", str(tmp_path))
+    assert code == 2 and "is a directory" in err
 
 
 def test_prompt_longer_than_context(model_dir):

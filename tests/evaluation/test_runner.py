@@ -10,7 +10,7 @@ from tiny import tiny_model, tiny_tokenizer
 from setllm import SetLLM
 from setllm.evaluation import EvalConfig, run_eval, runner, store
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 STABLE = ("dataset", "split", "n", "variant", "template", "accuracy", "runs_per_question", "one_run_per_question", "orderings",
           "invariance_flips", "invariance_runs", "flip_rate", "metrics", "settings", "ids")
 

@@ -23,19 +23,19 @@ from setllm.runtime import attention_mask
 from setllm.training import TrainConfig, train
 from setllm.training.collator import IGNORE, SetCollator, featurize
 from setllm.training.data import Example, load_examples
-from setllm.training.run import export_adapter
+from setllm.training.export import export_adapter
 from setllm.training.trainer import set_llm_loss
 from setllm.variants import VARIANTS
 
-FIXTURES = Path(__file__).parent / "fixtures" / "train"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "train"
 USER_JSONL = str(FIXTURES / "prompt_response.jsonl")
 MIX = f"arc_challenge,piqa,commonsense_qa,social_iqa,ultrafeedback,{USER_JSONL}"
 
 
 def config(out, **overrides) -> TrainConfig:
     # alpha 16 and a large lr: a random 2-layer model needs a big push to move in 6 steps.
-    base = dict(data=MIX, data_dir=str(FIXTURES), out=str(out), max_steps=6, batch_size=4, lr=1e-2, lora_alpha=16,
-                max_length=256, logging_steps=1, save_steps=3, progress=False)
+    base = dict(data=MIX, data_dir=str(FIXTURES), output_dir=str(out), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-2,
+                lora_alpha=16, max_length=256, logging_steps=1, save_steps=3, disable_tqdm=True)
     return TrainConfig(**{**base, **overrides})
 
 
@@ -136,7 +136,7 @@ def loss_on(model, tokenizer, spec: str) -> float:
 def test_a_few_steps_lower_the_loss(tmp_path):
     model, tok = tiny_model(), tiny_tokenizer()
     before = loss_on(model, tok, USER_JSONL)
-    result = train(config(tmp_path / "run", data=USER_JSONL, max_steps=8, lr=3e-2), model=model, tokenizer=tok)
+    result = train(config(tmp_path / "run", data=USER_JSONL, max_steps=8, learning_rate=3e-2), model=model, tokenizer=tok)
     after = loss_on(model, tok, USER_JSONL)
     assert result.steps == 8 and after < before - 0.4, (before, after)  # measured: 6.07 -> 5.33
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
@@ -174,8 +174,8 @@ def test_resume_equals_uninterrupted_run(tmp_path):
 def test_gradient_accumulation_matches_the_big_batch(tmp_path):
     """2 x 2 accumulated = one batch of 4: the loss is divided by the response tokens of the
     whole accumulated batch, so every token weighs the same either way."""
-    train(config(tmp_path / "big", max_steps=3, batch_size=4), model=tiny_model(), tokenizer=tiny_tokenizer())
-    train(config(tmp_path / "acc", max_steps=3, batch_size=2, grad_accum=2), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "big", max_steps=3, per_device_train_batch_size=4), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "acc", max_steps=3, per_device_train_batch_size=2, gradient_accumulation_steps=2), model=tiny_model(), tokenizer=tiny_tokenizer())
     big, acc = load_file(tmp_path / "big" / "adapter_model.safetensors"), load_file(tmp_path / "acc" / "adapter_model.safetensors")
     for key in big:
         torch.testing.assert_close(acc[key], big[key], atol=1e-5, rtol=1e-4)
@@ -230,7 +230,7 @@ def test_stage_two_continues_the_adapter(tmp_path):
     train(config(tmp_path / "ultra", data="ultrafeedback", max_steps=2), model=tiny_model(), tokenizer=tiny_tokenizer())
     stage1 = load_file(tmp_path / "ultra" / "adapter_model.safetensors")
     # A tiny lr: stage 2 must start from stage 1's weights (a fresh LoRA B would be zero).
-    train(config(tmp_path / "arc", data="arc_challenge", init_adapter=str(tmp_path / "ultra"), max_steps=2, lr=1e-6),
+    train(config(tmp_path / "arc", data="arc_challenge", init_adapter=str(tmp_path / "ultra"), max_steps=2, learning_rate=1e-6),
           model=tiny_model(), tokenizer=tiny_tokenizer())
     stage2 = load_file(tmp_path / "arc" / "adapter_model.safetensors")
     assert stage1.keys() == stage2.keys()
@@ -244,7 +244,7 @@ def test_stage_two_continues_the_adapter(tmp_path):
 
 def test_benchmark_examples_use_the_evaluation_template():
     """Training renders each benchmark exactly as ``setllm eval --template modified`` asks."""
-    from setllm.evaluation.tasks import get_task
+    from setllm.tasks import get_task
 
     examples, _ = load_examples(["social_iqa:1", "arc_challenge:1"], str(FIXTURES))
     siqa, arc = examples
@@ -278,8 +278,8 @@ def test_bad_records_name_file_and_line():
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(data=""), "no training data"),
-    (dict(lr=0), "--lr must be in"),
-    (dict(batch_size=0), "--batch-size must be at least 1"),
+    (dict(learning_rate=0), "--lr must be in"),
+    (dict(per_device_train_batch_size=0), "--batch-size must be at least 1"),
     (dict(variant="setmask"), "unknown variant"),
     (dict(init_adapter="/nonexistent"), "no adapter_config.json"),
     (dict(overlong="cut"), "--overlong must be one of"),
@@ -291,9 +291,18 @@ def test_bad_config_is_a_clear_error(tmp_path, overrides, message):
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "c.yaml"
-    bad.write_text("data: arc_challenge\nout: x\nlearning_rate: 0.1\n")
+    bad.write_text("data: arc_challenge\nout: x\nlearning_rte: 0.1\n")
     assert main(["train", "--config", str(bad)]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {bad}: unknown config keys ['learning_rate']"
+    assert capsys.readouterr().err.strip() == f"error: {bad}: unknown config keys ['learning_rte']; keys are the flag names (see --help)"
+    typo = tmp_path / "t.yaml"
+    typo.write_text("data: arc_challenge\nout: x\nlr: fast\n")  # a wrongly typed value fails like a wrong flag
+    assert main(["train", "--config", str(typo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: argument --learning_rate") and "fast" in err[0]
+    broken = tmp_path / "b.yaml"
+    broken.write_text("data: [unclosed\n")
+    assert main(["train", "--config", str(broken)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {broken}: not valid YAML")
     assert main(["train", "--data", str(FIXTURES / "bad.jsonl"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "bad.jsonl:2" in err[0]

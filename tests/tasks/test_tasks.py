@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from setllm.data import DataError, MCRecord
-from setllm.evaluation.tasks import CUSTOM, TASKS, get_task, load_records
+from setllm.tasks import CUSTOM, TASKS, get_task, load_records
 from setllm.prompt import Set
 from setllm.templates import response_text
 
-FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 
 # Appendix D.3 of Egressy & Stühmer (2025), Tables 7 (original) and 9 (modified), as the text
 # we could read them: the line breaks were lost, so renderings are compared with whitespace
@@ -122,11 +122,11 @@ def test_users_own_file_works_like_a_benchmark(tmp_path):
 
 
 def test_export_renders_training_data_as_evaluated(tmp_path):
-    from setllm.evaluation.export import main
+    from setllm.cli import main
     from setllm.training.data import load_examples
 
     out = tmp_path / "siqa.jsonl"
-    assert main(["--dataset", "social_iqa", "--template", "modified", "--data-dir", str(FIXTURES), "--split", "validation",
+    assert main(["export", "data", "--dataset", "social_iqa", "--template", "modified", "--data-dir", str(FIXTURES), "--split", "validation",
                  "--out", str(out)]) == 0
     examples, _ = load_examples([str(out)])
     record = first_record("social_iqa")

@@ -1,0 +1,49 @@
+"""One home per task kind: each file says where a task's data comes from, how a row becomes
+a record, how a record becomes a prompt (the paper's templates), and its table column.
+Evaluation, training, report and ``setllm export`` all read them from here.
+
+Multiple-choice benchmarks: :mod:`.arc_challenge`, :mod:`.piqa`, :mod:`.commonsense_qa`,
+:mod:`.social_iqa`; a user's own file: :mod:`.custom`. Instruction data:
+:mod:`.ultrafeedback`.
+"""
+
+from __future__ import annotations
+
+from ..data import DataError
+from . import arc_challenge, commonsense_qa, custom, piqa, social_iqa, ultrafeedback
+from .base import (
+    CONTINUATION,
+    OPTION_SET,
+    TEMPLATES,
+    HubSource,
+    MCTask,
+    Ordering,
+    Rendered,
+    Template,
+    hub_rows,
+    load_records,
+    read_records,
+)
+
+# The paper's four benchmarks, in the order its tables give them.
+TASKS: dict[str, MCTask] = {m.TASK.name: m.TASK for m in (piqa, arc_challenge, commonsense_qa, social_iqa)}
+CUSTOM = custom.TASK
+
+
+def get_task(name: str | None) -> MCTask:
+    """A benchmark by name; None (or ``custom``) is a user's own file."""
+    if name is None or name == CUSTOM.name:
+        return CUSTOM
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(TASKS)}") from None
+
+
+def column(name: str) -> str:
+    """The table column title of a dataset (its name if unknown)."""
+    return TASKS[name].column if name in TASKS else name
+
+
+__all__ = ["CONTINUATION", "CUSTOM", "OPTION_SET", "TASKS", "TEMPLATES", "HubSource", "MCTask", "Ordering", "Rendered", "Template",
+           "column", "get_task", "hub_rows", "load_records", "read_records", "ultrafeedback"]

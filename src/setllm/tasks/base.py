@@ -1,0 +1,174 @@
+"""What every multiple-choice task file builds on: a template renders a record under an
+ordering, a task names its source, its two templates and its table column, and one reader
+turns a local JSONL or the hub into checked records.
+
+The paper's two templates (Egressy & Stühmer 2025, Appendix D.3, Tables 7 and 9):
+
+* ``original``: the question alone, each option scored as a continuation of
+  ``Question: {question}\\nAnswer:``.
+* ``modified``: the options in the prompt as one set; the response is the option's text
+  (:func:`setllm.templates.mc_prompt`, the template the training data uses too).
+
+An ordering is a tuple of dataset option indices: the option shown at position ``p`` is
+option ``ordering[p]`` of the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data import DataError, MCRecord, iter_jsonl, parse_record, subset
+from ..prompt import SetPrompt
+from ..templates import mc_prompt, original_prompt
+
+Ordering = tuple[int, ...]
+TEMPLATES = ("original", "modified")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A prompt and its options (the responses scored), in the ordering's positions."""
+
+    prompt: SetPrompt
+    options: list[str]
+
+
+@dataclass(frozen=True)
+class Template:
+    """One way of asking.
+
+    Attributes:
+        render: ``(record, ordering) -> Rendered``.
+        shows_options: the prompt contains the options. If not, every ordering is the same
+            run and one run per question is enough.
+        options_as_set: the options are one set, so an invariant variant reads them
+            order-free and one run per question is enough (``--verify-invariance`` checks).
+    """
+
+    render: Callable[[MCRecord, Ordering], Rendered]
+    shows_options: bool
+    options_as_set: bool
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a task lives on the Hugging Face hub, and how one of its rows becomes a record
+    ``{"id"?, "question", "choices", "label", "context"?}``."""
+
+    path: str
+    config: str | None
+    normalise: Callable[[dict], dict]
+
+
+@dataclass(frozen=True)
+class MCTask:
+    """A multiple-choice task: its name, the paper's column title, templates, source.
+
+    Attributes:
+        name: the ``--dataset`` / ``--data`` name and the folder under ``--data-dir``.
+        column: the column title in ``setllm report`` tables.
+        original, modified: the paper's two templates.
+        eval_split: the split the paper evaluates on.
+        hub: where the data comes from without ``--data-dir`` (None: local files only).
+        needs_context: records must carry a non-empty ``context``.
+    """
+
+    name: str
+    column: str
+    original: Template
+    modified: Template
+    eval_split: str = "test"
+    hub: HubSource | None = None
+    needs_context: bool = False
+
+    def template(self, name: str) -> Template:
+        if name not in TEMPLATES:
+            raise DataError(f"unknown template {name!r}; choose one of: {', '.join(TEMPLATES)}")
+        return getattr(self, name)
+
+    def check(self, record: MCRecord, where: str) -> None:
+        if self.needs_context and not record.context:
+            raise DataError(f"{where}: {self.name} records need a non-empty 'context'")
+
+    def training_pair(self, record: MCRecord) -> tuple[SetPrompt, str]:
+        """The record as a training example: the modified template in the dataset's order,
+        the correct option as the response (what ``setllm eval`` scores)."""
+        rendered = self.modified.render(record, tuple(range(len(record.choices))))
+        return rendered.prompt, rendered.options[record.label]
+
+
+def shown(record: MCRecord, order: Ordering) -> list[str]:
+    return [record.choices[i] for i in order]
+
+
+def _continuations(record: MCRecord, order: Ordering) -> Rendered:
+    # No options in the prompt: each is scored as the answer, " {option}" after "Answer:".
+    return Rendered(original_prompt(record.question, record.context), shown(record, order))
+
+
+def _as_set(record: MCRecord, order: Ordering) -> Rendered:
+    return Rendered(mc_prompt(record.question, shown(record, order), record.context), shown(record, order))
+
+
+CONTINUATION = Template(_continuations, shows_options=False, options_as_set=False)
+OPTION_SET = Template(_as_set, shows_options=True, options_as_set=True)
+
+
+def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:
+    """``<data_dir>/<task>/<split>.jsonl``, or a :class:`DataError` listing the splits there."""
+    path = Path(data_dir) / task.name / f"{split}.jsonl"
+    if not path.is_file():
+        have = sorted(p.stem for p in (Path(data_dir) / task.name).glob("*.jsonl"))
+        raise DataError(f"{path}: no such file (splits here: {', '.join(have) or 'none'})")
+    return path
+
+
+def hub_rows(task: MCTask, split: str) -> list[dict]:
+    """A task's hub rows of ``split``, normalised to records; errors are one line."""
+    hub = task.hub
+    if hub is None:
+        raise DataError(f"{task.name} has no hub source: pass --data-dir or --data-file")
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
+    try:
+        ds = datasets.load_dataset(hub.path, hub.config, split=split)
+    except Exception as e:  # network, missing split, ...: one clear line for the user
+        raise DataError(f"could not load {hub.path} split {split!r} from the hub ({type(e).__name__}); pass --data-dir") from None
+    return [{"id": f"{task.name}-{i}", **hub.normalise(row)} for i, row in enumerate(ds)]
+
+
+def read_records(task: MCTask, split: str | None = None, data_dir: str | None = None, data_file: str | None = None,
+                 require_label: bool = True) -> tuple[list[tuple[str, MCRecord]], str]:
+    """``(where, record)`` pairs of a split and where they came from: ``data_file`` (a user's
+    JSONL), else ``data_dir/<name>/<split>.jsonl``, else the hub."""
+    split = split or task.eval_split
+    if data_file or data_dir:
+        path = Path(data_file) if data_file else local_path(task, split, data_dir)
+        rows = [(where, parse_record(obj, where, require_label)) for where, obj in iter_jsonl(path)]
+        return rows, str(path.resolve())
+    rows = hub_rows(task, split)
+    return [(f"{task.name}[{i}]", parse_record(obj, f"{task.name}[{i}]", require_label)) for i, obj in enumerate(rows)], f"hub:{task.name}/{split}"
+
+
+def load_records(task: MCTask, split: str | None = None, data_dir: str | None = None, data_file: str | None = None,
+                 limit: int | None = None, subset_seed: int | None = None) -> tuple[list[MCRecord], str]:
+    """The labelled, checked records to evaluate (or train on) and where they came from.
+
+    Malformed records and duplicate ids raise :class:`DataError` naming file and line.
+    """
+    if not (data_file or data_dir or task.hub):
+        raise DataError("pass --dataset NAME or --data-file FILE.jsonl")
+    rows, source = read_records(task, split, data_dir, data_file)
+    seen: dict[str, str] = {}
+    for where, record in rows:
+        task.check(record, where)
+        if record.id in seen:  # ids key the resumable predictions file
+            raise DataError(f"{where}: duplicate id {record.id!r} (first at {seen[record.id]})")
+        seen[record.id] = where
+    if not rows:
+        raise DataError(f"{source}: no records")
+    return subset([r for _, r in rows], limit, subset_seed), source

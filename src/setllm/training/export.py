@@ -1,0 +1,50 @@
+"""What leaves a training run: a benchmark split rendered as training data (any template),
+and a trained adapter cut down to what loading needs (``setllm export``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from ..errors import InputError
+from ..loading import METADATA_FILE
+from ..tasks import get_task, load_records
+
+
+def export_split(dataset: str, template: str, out: str | Path, split: str = "train", data_dir: str | None = None,
+                 limit: int | None = None, subset_seed: int | None = None) -> int:
+    """Write a split rendered with ``template`` as ``{"id", "prompt", "response"}`` lines;
+    returns the number of examples."""
+    task = get_task(dataset)
+    records, _ = load_records(task, split, data_dir, None, limit, subset_seed)
+    render = task.template(template).render
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for r in records:
+            shown = render(r, tuple(range(len(r.choices))))
+            row = {"id": r.id, "prompt": shown.prompt.to_json()["prompt"], "response": shown.options[r.label]}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(records)
+
+
+def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Path:
+    """Copy what loading needs (adapter config, weights, setllm.json) to ``dest``, the weights
+    cast to ``dtype`` (bf16 halves the size; LoRA deltas are small, so the loss is in the
+    low bits): no checkpoints, no pickles, no generated model card."""
+    from safetensors.torch import load_file, save_file
+
+    src, dest = Path(src), Path(dest)
+    missing = [n for n in ("adapter_config.json", "adapter_model.safetensors", METADATA_FILE) if not (src / n).is_file()]
+    if missing:
+        raise InputError(f"{src}: not a finished `setllm train` adapter (missing {', '.join(missing)})")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("adapter_config.json", METADATA_FILE):
+        shutil.copyfile(src / name, dest / name)
+    weights = load_file(src / "adapter_model.safetensors")
+    cast = {"bf16": torch.bfloat16, "float32": torch.float32}[dtype]
+    save_file({k: v.to(cast).contiguous() for k, v in weights.items()}, dest / "adapter_model.safetensors", metadata={"format": "pt"})
+    (dest / "adapter_model.safetensors").chmod(0o644)  # package data: readable by every user
+    return dest
