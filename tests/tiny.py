@@ -30,7 +30,14 @@ CHAT_TEMPLATE = (
 
 @functools.lru_cache(maxsize=None)
 def _backend(kind: str):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=None))

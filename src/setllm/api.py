@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from . import generation, scoring
 from .batch import collate
 from .codec import Codec
 from .encoding import EncodedPrompt
-from .errors import InputError
+from .errors import InputError, SetLLMWarning
 from .loading import AdapterInfo, Origin, load_model
 from .prompt import PromptLike, SetPrompt, as_prompt
 from .runtime import check_model, forward
@@ -100,7 +101,7 @@ class SetLLM:
     @classmethod
     def from_pretrained(cls, model: str | None = None, adapter: str | None = "auto", variant: str | None = None, *,
                         dtype=torch.float32, attn_implementation: str = "sdpa", device: str | None = None,
-                        allow_pickle: bool = False, **kwargs) -> SetLLM:
+                        allow_pickle: bool = False, allow_base_mismatch: bool = False, **kwargs) -> SetLLM:
         """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it.
 
         ``adapter="auto"`` uses the shipped Set-LLM adapter with the embedded model, unless
@@ -108,13 +109,15 @@ class SetLLM:
         adapter); ``None`` means no adapter. The adapter's ``setllm.json`` (or, with no
         adapter, the model directory's, as a full fine-tune writes it) restores the variant,
         chat mode and EOS scoring it was trained with; an explicit different choice is
-        allowed with a warning.
+        allowed with a warning. An adapter trained on another base model is refused unless
+        ``allow_base_mismatch``.
         """
         if adapter == "auto":
             base_asked = variant is not None and not get_variant(variant).invariant
             adapter = default_adapter() if model is None and not base_asked else None
         info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
-        net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle)
+        net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle,
+                              allow_base_mismatch=allow_base_mismatch, progress=kwargs.get("progress", False))
         read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
         return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter))
 
@@ -188,9 +191,7 @@ class SetLLM:
 
         ``normalize`` picks by mean per-token log-likelihood instead of the sum.
         """
-        options = _option_list(options, "options")
-        if len(options) < 2:
-            raise InputError("choose needs at least two options")
+        options = check_choices(options)
         scores = self.score([mc_prompt(question, options, context)], [options])[0]
         return pick(scores, normalize)
 
@@ -253,6 +254,23 @@ def _prompt_list(obj) -> list[SetPrompt]:
     if not isinstance(obj, Sequence):
         raise InputError(f"expected a prompt or a list of prompts, got {type(obj).__name__}")
     return [as_prompt(p) for p in obj]
+
+
+def check_choices(options, where: str = "options") -> list[str]:
+    """The options of a multiple-choice question: at least two, non-empty, distinct. Outer
+    whitespace is stripped (with a warning): the template puts each option on its own line,
+    and a trailing space would tokenize differently there than in the response."""
+    options = _option_list(options, where)
+    if len(options) < 2:
+        raise InputError(f"{where}: a question needs at least two options, got {len(options)}")
+    stripped = [o.strip() for o in options]
+    if stripped != options:
+        warnings.warn(f"{where}: leading/trailing whitespace stripped from {sum(a != b for a, b in zip(stripped, options))} option(s)",
+                      SetLLMWarning, stacklevel=3)
+    dupes = sorted({o for o in stripped if stripped.count(o) > 1})
+    if dupes:
+        raise InputError(f"{where}: duplicate option {dupes[0]!r}; options must be distinct")
+    return stripped
 
 
 def _option_list(options, where: str) -> list[str]:

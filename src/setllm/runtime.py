@@ -116,3 +116,19 @@ def new_cache():
     from transformers import DynamicCache
 
     return DynamicCache()
+
+
+def weights_fingerprint(model, stride: int = 4099) -> str:
+    """A short hash of a model's weights: names, shapes, and every ``stride``-th value of each
+    tensor (a retrained adapter, merged in, moves nearly every value of the matrices it
+    touches, so a sample is enough, and hashing stays fast for large models)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
+            h.update(p.detach().reshape(-1)[::stride].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -6,7 +6,14 @@ import pytest
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-from setllm import PromptError, Set, SetLLM, UnsupportedModelError, load_model, mc_prompt
+from setllm import (
+    PromptError,
+    Set,
+    SetLLM,
+    UnsupportedModelError,
+    load_model,
+    mc_prompt,
+)
 from setllm.cli import main
 from setllm.loading import ModelLoadError
 
@@ -56,7 +63,17 @@ def test_generate_json_file_and_markup(model_dir, capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--prompt", "a {{x||"], "markup offset 2: set opened with '{{' is never closed"),
     (["generate", "--prompt", "a {{x||}}"], "markup offset 7: empty set element"),
-    (["choose", "q", "--options", "a", "--model", "MODEL"], "choose needs at least two options"),
+    (["choose", "q", "--options", "a", "--model", "MODEL"], "--options: a question needs at least two options, got 1"),
+    (["choose", "q", "--options", "a", "", "--model", "MODEL"], "--options[1] must be non-empty text"),
+    (["choose", "q", "--options", "a", "b", "a ", "--model", "MODEL"], "--options: duplicate option 'a'"),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--device", "foo"], "--device 'foo' is not a torch device"),
+    pytest.param(["choose", "q", "--options", "a", "b", "--model", "MODEL", "--device", "cuda"], "no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--dtype", "int8"], "argument --dtype: invalid choice"),
+    (["demo", "--options", "Paris", "--model", "MODEL"], "--options: a question needs at least two options"),
+    (["demo", "--options", "a", "b", "c", "d", "e", "f", "g", "--model", "MODEL"], "7 options are 5040 orderings (at most 6 options)"),
     (["choose", "q", "--options", "a", "b", "--model", "/nonexistent/model"], "model '/nonexistent/model' not found"),
     (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--adapter", "/nonexistent"], "no adapter_config.json"),
     (["choose", "q", "--options", "a", "b", "--model", "MODEL", "--variant", "causal-pe", "--exact"], "only to invariant variants"),

@@ -54,6 +54,9 @@ def test_eval_then_report(model_dir, tmp_path, capsys):
     (["--max-orderings", "0"], "error: --max-orderings must be at least 1"),
     (["--split", "train"], "error: "),
     (["--modes", "single,best"], "error: unknown mode 'best'"),
+    (["--modes", ""], "error: --modes is empty"),
+    (["--subset-seed", "3"], "error: --subset-seed picks a random subset of --limit questions"),
+    (["--batch-size", "0"], "error: --batch-size must be at least 1"),
 ])
 def test_user_errors_exit_2_with_one_line(model_dir, tmp_path, capsys, extra, message):
     assert main(eval_args(model_dir, tmp_path / "x", *extra)) == 2

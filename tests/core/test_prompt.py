@@ -2,7 +2,15 @@
 
 import pytest
 
-from setllm import PromptError, Set, SetPrompt, as_prompt, from_json, parse_markup, to_markup
+from setllm import (
+    PromptError,
+    Set,
+    SetPrompt,
+    as_prompt,
+    from_json,
+    parse_markup,
+    to_markup,
+)
 
 
 def test_three_ways_in_give_one_form():

@@ -2,7 +2,13 @@
 
 import pytest
 
-from setllm.evaluation.metrics import METRICS, QuestionResult, answer_changes, majority_vote, plan_for
+from setllm.evaluation.metrics import (
+    METRICS,
+    QuestionResult,
+    answer_changes,
+    majority_vote,
+    plan_for,
+)
 
 ORDERS6 = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 

@@ -145,3 +145,61 @@ def test_config_validation():
         EvalConfig(dataset="piqa", out="x", max_orderings=0)
     with pytest.raises(ValueError, match="--dataset"):
         EvalConfig(out="x")
+
+
+def test_resume_refuses_other_weights_at_the_same_path(sharp, tok, tmp_path):
+    """An adapter retrained in place keeps its path; the weights' fingerprint tells the runs apart."""
+    evaluate(sharp, tok, "causal-pe", tmp_path, limit=2)
+    retrained = tiny_model("llama", max_position_embeddings=1024)  # other weights, same config and name
+    with pytest.raises(ValueError, match="other settings.*weights"):
+        evaluate(retrained, tok, "causal-pe", tmp_path, limit=3)
+    assert len(rows(tmp_path)) == 2  # nothing of the other weights was mixed in
+
+
+def test_a_failed_start_changes_nothing_and_blocks_nothing(sharp, tok, tmp_path, monkeypatch):
+    evaluate(sharp, tok, "causal-pe", tmp_path / "kept", limit=2)
+    before = (tmp_path / "kept" / "predictions.jsonl").read_text()
+    ten = tmp_path / "ten.jsonl"  # 10 options: 3.6 million orderings, refused before --out is touched
+    ten.write_text(json.dumps({"id": "q", "question": "Q?", "choices": [f"o{i}" for i in range(10)], "label": 0}) + "\n")
+    with pytest.raises(ValueError, match="10 options: 3628800 orderings; pass --max-orderings"):
+        evaluate(sharp, tok, "causal-pe", tmp_path / "kept", dataset=None, data_file=str(ten), overwrite=True)
+    assert (tmp_path / "kept" / "predictions.jsonl").read_text() == before  # --overwrite did not run
+    monkeypatch.setattr(runner, "evaluate_chunk", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("crash")))
+    with pytest.raises(RuntimeError):
+        evaluate(sharp, tok, "causal-pe", tmp_path / "new", limit=2)
+    assert not (tmp_path / "new" / store.SETTINGS_FILE).exists()  # nothing scored: no run.json to block the next run
+    monkeypatch.undo()
+    assert evaluate(sharp, tok, "setmask-setpe", tmp_path / "new", limit=2)["variant"] == "setmask-setpe"
+
+
+def test_a_second_writer_is_refused(sharp, tok, tmp_path):
+    import fcntl
+
+    tmp_path.mkdir(exist_ok=True)
+    with (tmp_path / store.LOCK_FILE).open("a") as held:  # another process holding the run
+        fcntl.flock(held, fcntl.LOCK_EX)
+        import subprocess
+        import sys
+
+        # flock locks belong to the open file: a second open in another process must be refused.
+        code = f"""
+import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+from pathlib import Path
+from setllm.evaluation import store
+try:
+    with store.locked(Path({str(tmp_path)!r})):
+        print("entered")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("InputError") and "another setllm process is writing there" in out
+    assert evaluate(sharp, tok, "causal-pe", tmp_path, limit=1)["n"] == 1  # released: runs again
+
+
+def test_a_rerun_with_more_modes_keeps_one_row_per_question(sharp, tok, tmp_path):
+    evaluate(sharp, tok, "causal-pe", tmp_path, modes="single")
+    s = evaluate(sharp, tok, "causal-pe", tmp_path, modes="single,random")
+    written = rows(tmp_path)
+    assert len(written) == 6 and len({r["id"] for r in written}) == 6 and all(len(r["predictions"]) == 24 for r in written)
+    assert s["runs_per_question"]["random"] == 24.0

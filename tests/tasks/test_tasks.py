@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from setllm.data import DataError, MCRecord
-from setllm.tasks import CUSTOM, TASKS, get_task, load_records
 from setllm.prompt import Set
+from setllm.tasks import CUSTOM, TASKS, get_task, load_records
 from setllm.templates import response_text
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"

@@ -6,6 +6,7 @@ Data comes from ``tests/fixtures/train`` (see its README for sources).
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -210,6 +211,28 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
     lm = SetLLM.from_pretrained(str(base), adapter=str(shipped))
     assert lm.variant.name == "prefix-setpe"
     torch.testing.assert_close(lm.logits(PARIS.prompt, "Paris"), want, atol=2e-2, rtol=0)
+
+
+def test_trained_metadata_is_restored_and_an_explicit_mismatch_warns(tmp_path):
+    """setllm.json records what the model was trained as (variant, template, EOS, chat);
+    loading restores all of it, and reading it otherwise is allowed, with a warning."""
+    from setllm.errors import SetLLMWarning
+
+    base = tmp_path / "base"
+    tiny_model().save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    train(config(tmp_path / "run", model=str(base), variant="prefix-setpe", chat=True, max_steps=2), model=tiny_model(), tokenizer=tiny_tokenizer())
+    meta = json.loads((tmp_path / "run" / "setllm.json").read_text())
+    assert {k: meta[k] for k in ("variant", "template", "eos", "chat")} == {"variant": "prefix-setpe", "template": "modified", "eos": True, "chat": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SetLLMWarning)  # restoring what was recorded warns about nothing
+        lm = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"))
+    assert (lm.variant.name, lm.chat, lm.options.eos) == ("prefix-setpe", True, True)
+    with pytest.warns(SetLLMWarning, match="trained with variant=prefix-setpe; reading it with variant=setmask-setpe"):
+        other = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"), variant="setmask-setpe")
+    assert other.variant.name == "setmask-setpe" and other.chat
+    with pytest.warns(SetLLMWarning, match="trained with eos=True; reading it with eos=False"):
+        assert not SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"), eos=False).options.eos
 
 
 def test_full_finetune_saves_a_loadable_model(tmp_path):

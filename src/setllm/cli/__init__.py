@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from .common import Parser, apply_config_file, run_guarded
+from .common import Parser, apply_config_file, run_guarded, validate
 
 # name -> (module defining ``add_parser(subparsers)``, one-line help). Each parser sets
 # ``func(args) -> int``.
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             if config:
                 apply_config_file(sub, config)
         args = parser.parse_args(argv)
+        validate(args)
         return args.func(args)
 
     return run_guarded(run, None)

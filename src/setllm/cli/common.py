@@ -121,6 +121,9 @@ def _as_flag_text(value: Any, action: argparse.Action, path: str) -> Any:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
 def tristate(help_: str) -> dict:
     """Metadata for a ``bool | None`` field: ``--flag`` alone means True, ``--no-flag`` False
     (added by :func:`add_command`), absent None."""
@@ -140,19 +143,52 @@ class ModelOptions:
     exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
     allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
     allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
+    allow_base_mismatch: bool = field(default=False, metadata={"help": "apply an adapter trained on another base model (with a warning)"})
     eos: bool | None = field(default=None, metadata=tristate(
         "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
-    batch_size: int = field(default=8, metadata={"help": "prompts per forward pass"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per forward pass", "metavar": "N"})
+    dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise InputError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.device is not None:
+            check_device(self.device)
+
+
+def check_device(device: str) -> None:
+    """A device torch knows and this machine has, or one line saying which is wrong."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: this torch build or machine has no CUDA GPU; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {device}: MPS is not available here")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Build every config of the command once, so a bad flag fails before any work starts."""
+    for cls in getattr(args, "_configs", ()):
+        config_from_args(cls, args)
 
 
 def load_setllm(args: argparse.Namespace, progress: bool = True):
     """A :class:`setllm.SetLLM` from the model flags."""
+    import torch
+
     from ..api import SetLLM
 
     opts = config_from_args(ModelOptions, args)
     adapter = None if opts.adapter == "none" else (opts.adapter or "auto")
     return SetLLM.from_pretrained(
-        opts.model, adapter, opts.variant, attn_implementation=opts.attn, device=opts.device, allow_pickle=opts.allow_pickle,
+        opts.model, adapter, opts.variant, dtype=getattr(torch, DTYPES[opts.dtype]), attn_implementation=opts.attn, device=opts.device,
+        allow_pickle=opts.allow_pickle, allow_base_mismatch=opts.allow_base_mismatch,
         exact=opts.exact, batch_size=opts.batch_size, progress=progress, allow_untested=opts.allow_untested,
         **({"chat": True} if opts.chat else {}), **({"eos": opts.eos} if opts.eos is not None else {}),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -54,16 +55,19 @@ def _demo_parser(sub):
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
-    if len(args.options) < 2:  # say so before spending seconds loading the model
-        raise InputError("choose needs at least two options")
+    from ..api import check_choices
+
+    options = check_choices(args.options, "--options")  # say so before spending seconds loading the model
     lm = load_setllm(args)
-    choice = lm.choose(args.question, args.options, context=args.context, normalize=args.normalize)
+    print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+    choice = lm.choose(args.question, options, context=args.context, normalize=args.normalize)
     if args.json:
         print(json.dumps({
             "answer": choice.answer, "index": choice.index, "variant": lm.variant.name,
+            "model": lm.origin.model, "adapter": lm.origin.adapter,
             "scores": {s.text: s.logprob for s in choice.scores},
             "mean_scores": {s.text: s.mean_logprob for s in choice.scores},
-        }))
+        }, ensure_ascii=False))
     else:
         for s in choice.scores:
             mark = "*" if s.text == choice.answer else " "
@@ -92,11 +96,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     config = config_from_args(GenerationConfig, args)
     lm = load_setllm(args)
     text = lm.generate([prompt], config)[0]
-    print(json.dumps({"text": text, "variant": lm.variant.name}) if args.json else text)
+    print(json.dumps({"text": text, "variant": lm.variant.name}, ensure_ascii=False) if args.json else text)
     return 0
 
 
+MAX_DEMO_OPTIONS = 6  # 720 orderings, each run by both models
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    from ..api import check_choices
+
+    options = check_choices(args.options, "--options")
+    if len(options) > MAX_DEMO_OPTIONS:
+        raise InputError(f"--options: the demo runs every ordering; {len(options)} options are {math.factorial(len(options))} orderings "
+                         f"(at most {MAX_DEMO_OPTIONS} options)")
+    args.options = options
     lm = load_setllm(args, progress=False)
     if not lm.variant.invariant:
         lm = lm.with_variant("setmask-setpe")

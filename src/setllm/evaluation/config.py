@@ -52,13 +52,15 @@ class EvalConfig:
             get_task(self.dataset)
         if isinstance(self.modes, (list, tuple)):  # from a config file
             self.modes = ",".join(self.modes)
-        plan_for(self.mode_list)
         if not self.mode_list:
             raise InputError("--modes is empty; choose from: " + ", ".join(MODES))
+        plan_for(self.mode_list)
         if self.template not in TEMPLATES:
             raise InputError(f"--template must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
         if self.ordering_choice not in ORDERING_CHOICES:
             raise InputError(f"--ordering-choice must be one of {', '.join(ORDERING_CHOICES)}, got {self.ordering_choice!r}")
+        if self.subset_seed is not None and self.limit is None:
+            raise InputError("--subset-seed picks a random subset of --limit questions; pass --limit N too")
         for name in ("max_orderings", "limit"):
             value = getattr(self, name)
             if value is not None and value < 1:

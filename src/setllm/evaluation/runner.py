@@ -9,6 +9,7 @@ stops a question at its first wrong answer, so it scores orderings round by roun
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from ..api import pick
 from ..data import MCRecord
+from ..errors import InputError
+from ..runtime import weights_fingerprint
 from ..tasks import MCTask, Template, get_task, load_records
 from . import store
 from .config import EvalConfig
@@ -76,32 +79,53 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     source = (meta or {}).get("source", "given")
     if records is None:
         records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if cfg.overwrite:
-        store.clear(out)
     template = task.template(cfg.template)
     # Verifying means running every tested ordering, whatever the modes would need.
     plan = "all" if cfg.verify_invariance else plan_for(cfg.mode_list)
     one_run = not template.shows_options or (template.options_as_set and lm.variant.invariant and not cfg.verify_invariance)
+    _check_ordering_counts(records, one_run, cfg)
     meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
     settings = _settings(lm, cfg, task, source, meta)
-    store.check_settings(out, settings)
+    out = store.prepare_dir(cfg.out)
+    # Everything is checked before anything in --out changes; one writer at a time.
+    with store.locked(out):
+        if cfg.overwrite:
+            store.clear(out)
+        store.check_settings(out, settings)
+        return _run(lm, cfg, records, template, plan, one_run, settings, out)
+
+
+def _run(lm, cfg: EvalConfig, records, template: Template, plan: str, one_run: bool, settings: dict, out: Path) -> dict:
     done = store.load_predictions(out)
     todo = [r for r in records if not _covers(done.get(r.id), plan)]
+    rescored = any(r.id in done for r in todo)  # a rerun that needs more orderings per question
     started = time.perf_counter()
     if cfg.verify_invariance and lm.variant.invariant:
         lm = lm.with_options(exact=False)  # verifying means reading the orderings unsorted
     with _progress(cfg, len(records), len(records) - len(todo)) as bar:
         for lo in range(0, len(todo), lm.batch_size):
             rows = evaluate_chunk(lm, template, todo[lo : lo + lm.batch_size], plan, one_run, cfg)
-            store.append_predictions(out, rows)
+            store.append_predictions(out, rows, settings)
             done.update((row["id"], row) for row in rows)
             bar.update(len(rows))
+    if rescored:
+        store.rewrite_predictions(out, done.values())  # one row per question
     summary = summarize([done[r.id] for r in records], cfg, settings, lm)
     summary.update(wall_time_s=round(time.perf_counter() - started, 3), resumed_questions=len(records) - len(todo))
     store.write_json(out / store.SUMMARY_FILE, summary)
     return summary
+
+
+MAX_ORDERINGS = 5040  # 7!: above this, --max-orderings must say how many to test
+
+
+def _check_ordering_counts(records: Sequence[MCRecord], one_run: bool, cfg: EvalConfig) -> None:
+    if one_run or cfg.max_orderings is not None:
+        return
+    for r in records:
+        if math.factorial(len(r.choices)) > MAX_ORDERINGS:
+            raise InputError(f"question {r.id} has {len(r.choices)} options: {math.factorial(len(r.choices))} orderings; "
+                             f"pass --max-orderings N (at most {MAX_ORDERINGS} are run without it)")
 
 
 def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: str, one_run: bool, cfg: EvalConfig) -> list[dict]:
@@ -145,6 +169,9 @@ def _settings(lm, cfg: EvalConfig, task: MCTask, source: str, meta: dict) -> dic
         "model": meta.get("model"), "adapter": meta.get("adapter"), "dtype": str(next(lm.model.parameters()).dtype),
         "max_orderings": cfg.max_orderings, "ordering_choice": cfg.ordering_choice, "verify_invariance": cfg.verify_invariance,
         "normalize": cfg.normalize, "seed": cfg.seed, "torch": torch.__version__,
+        # The weights actually scored (an adapter is merged into them): retraining an adapter
+        # in place and resuming must not mix its answers with the old ones.
+        "weights": weights_fingerprint(lm.model),
     }
 
 

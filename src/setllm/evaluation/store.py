@@ -8,8 +8,11 @@ more orderings) counts by its last line.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +22,51 @@ from ..errors import InputError
 SETTINGS_FILE = "run.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = ".lock"
+
+
+def prepare_dir(out: str | Path) -> Path:
+    """``--out`` created if need be, and writable, or one line saying why not."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot create it ({e.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: not writable")
+    return out
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the run: a second process writing the same ``--out`` is
+    refused instead of interleaving its predictions with ours."""
+    f = (out / LOCK_FILE).open("a")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"--out {out}: another setllm process is writing there (lock {out / LOCK_FILE})") from None
+        yield
+    finally:
+        f.close()  # closing releases the lock
 
 
 def check_settings(out: Path, settings: dict[str, Any]) -> None:
-    """Write ``run.json``, or check that an existing one holds the same settings."""
+    """Check that an earlier run in ``out`` (its ``run.json``) had the same settings.
+    ``run.json`` itself is written with the first predictions (:func:`append_predictions`),
+    so a run that fails before scoring anything leaves nothing that blocks the next one."""
     path = out / SETTINGS_FILE
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-        if diff:
-            shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff[:3])
-            raise InputError(f"{out} holds a run with other settings ({shown}); use another --out, or --overwrite to start again")
+    if not path.exists():
         return
-    write_json(path, settings)
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"{path}: not valid JSON; delete it or use --overwrite") from None
+    diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+    if diff:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff[:3])
+        raise InputError(f"{out} holds a run with other settings ({shown}); use another --out, or --overwrite to start again")
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -62,13 +97,24 @@ def load_predictions(out: Path) -> dict[str, dict]:
     return done
 
 
-def append_predictions(out: Path, rows: list[dict]) -> None:
-    """Append finished questions and push them to disk."""
+def append_predictions(out: Path, rows: list[dict], settings: dict[str, Any]) -> None:
+    """Append finished questions and push them to disk (``run.json`` first, once)."""
+    if not (out / SETTINGS_FILE).exists():
+        write_json(out / SETTINGS_FILE, settings)
     with (out / PREDICTIONS_FILE).open("a", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def rewrite_predictions(out: Path, rows: Iterable[dict]) -> None:
+    """Replace the predictions file with one row per question (atomically)."""
+    tmp = out / (PREDICTIONS_FILE + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, out / PREDICTIONS_FILE)
 
 
 def clear(out: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
-from ..loading import METADATA_FILE
+from ..loading import METADATA_FILE, AdapterInfo, make_adapter_portable
 from ..tasks import get_task, load_records
 
 
@@ -43,6 +43,7 @@ def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Pa
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("adapter_config.json", METADATA_FILE):
         shutil.copyfile(src / name, dest / name)
+    make_adapter_portable(dest, AdapterInfo.read(src).base_model)
     weights = load_file(src / "adapter_model.safetensors")
     cast = {"bf16": torch.bfloat16, "float32": torch.float32}[dtype]
     save_file({k: v.to(cast).contiguous() for k, v in weights.items()}, dest / "adapter_model.safetensors", metadata={"format": "pt"})

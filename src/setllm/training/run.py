@@ -17,7 +17,13 @@ import torch
 
 from ..codec import Codec
 from ..errors import InputError
-from ..loading import DEFAULT_MODEL, AdapterInfo, load_model
+from ..loading import (
+    DEFAULT_MODEL,
+    AdapterInfo,
+    check_adapter,
+    load_model,
+    make_adapter_portable,
+)
 from ..runtime import check_length, check_model
 from ..variants import get_variant
 from .collator import SetCollator, featurize
@@ -56,6 +62,7 @@ def build_model(cfg: TrainConfig, model=None, tokenizer=None):
     with _library_deprecations_hidden():
         if cfg.init_adapter:
             _check_init_variant(cfg)
+            check_adapter(cfg.init_adapter, cfg.model or DEFAULT_MODEL)
             return PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), tokenizer
         targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
@@ -138,25 +145,14 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     (out / "training_args.bin").unlink(missing_ok=True)  # a pickle; loaders here refuse pickles
     if cfg.full_finetune:
         tokenizer.save_pretrained(out)
-    elif cfg.model is None:
-        _set_adapter_base(out, DEFAULT_MODEL)
+    else:  # loadable by PEFT's own API, with no machine-local path in it
+        make_adapter_portable(out, cfg.model)
     summary = {
         "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer),
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": cfg.recorded(),
     }
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True).write(out, training=summary)
-
-
-def _set_adapter_base(out: Path, base: str) -> None:
-    """The embedded model loads from a machine-local cache path: record its name instead."""
-    import json
-
-    path = out / "adapter_config.json"
-    if path.exists():
-        data = json.loads(path.read_text())
-        data["base_model_name_or_path"] = base
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _final_loss(trainer) -> float | None:

@@ -275,7 +275,8 @@ def test_unreachable_hub_fails_on_the_first_try(unreachable_hub, capsys):
     assert "Retry" not in capsys.readouterr().err
 
 
-def test_hub_model_in_the_cache_loads_while_the_hub_is_unreachable(tmp_path, unreachable_hub, monkeypatch):
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """A tiny model as ``tiny-org/tiny-model`` in a Hugging Face cache of its own; its snapshot."""
     from huggingface_hub import constants
 
     commit = "0" * 40
@@ -284,6 +285,19 @@ def test_hub_model_in_the_cache_loads_while_the_hub_is_unreachable(tmp_path, unr
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    return repo / "snapshots" / commit
+
+
+def test_corrupt_weights_in_the_hub_cache_are_named(tmp_path, monkeypatch):
+    weights = hub_cache(tmp_path, monkeypatch) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ModelLoadError) as e:
+        load_model("tiny-org/tiny-model")
+    assert one_line(e).startswith(f"{weights} is not a valid safetensors file (truncated")
+
+
+def test_hub_model_in_the_cache_loads_while_the_hub_is_unreachable(tmp_path, unreachable_hub, monkeypatch):
+    hub_cache(tmp_path, monkeypatch)
     start = time.monotonic()
     net, _ = load_model("tiny-org/tiny-model")
     assert time.monotonic() - start < 5 and net.config.hidden_size == 32
