@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-from setllm import SetLLM
+from setllm import SetLLM, rundir
 from setllm.evaluation import EvalConfig, run_eval, runner, store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
@@ -176,7 +176,7 @@ def test_a_second_writer_is_refused(sharp, tok, tmp_path):
     import fcntl
 
     tmp_path.mkdir(exist_ok=True)
-    with (tmp_path / store.LOCK_FILE).open("a") as held:  # another process holding the run
+    with (tmp_path / rundir.LOCK_FILE).open("a") as held:  # another process holding the run
         fcntl.flock(held, fcntl.LOCK_EX)
         import subprocess
         import sys
@@ -185,9 +185,9 @@ def test_a_second_writer_is_refused(sharp, tok, tmp_path):
         code = f"""
 import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 from pathlib import Path
-from setllm.evaluation import store
+from setllm import rundir
 try:
-    with store.locked(Path({str(tmp_path)!r})):
+    with rundir.locked(Path({str(tmp_path)!r})):
         print("entered")
 except Exception as e:
     print(type(e).__name__, e)

@@ -6,6 +6,9 @@ Data comes from ``tests/fixtures/train`` (see its README for sources).
 from __future__ import annotations
 
 import json
+import sys
+import subprocess
+import os
 import warnings
 from pathlib import Path
 
@@ -338,3 +341,54 @@ def test_resume_needs_a_checkpoint_and_fresh_runs_refuse_old_ones(tmp_path):
     with pytest.raises(ValueError, match="--resume to continue"):
         train(config(tmp_path / "old"), model=tiny_model(), tokenizer=tiny_tokenizer())
 
+
+
+def test_resume_refuses_other_settings_and_overwrite_starts_clean(tmp_path):
+    out = tmp_path / "run"
+    train(config(out), callbacks=[StopAt(3)], model=tiny_model(), tokenizer=tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"--resume: .* other settings \(learning_rate: 0.01 -> 0.02\)"):
+        train(config(out, resume=True, learning_rate=2e-2), model=tiny_model(), tokenizer=tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"other settings \(data: "):
+        train(config(out, resume=True, data="arc_challenge"), model=tiny_model(), tokenizer=tiny_tokenizer())
+    (out / "notes.txt").write_text("mine")  # not the run's: --overwrite leaves it
+    result = train(config(out, overwrite=True, max_steps=2, save_steps=100), model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert result.steps == 2 and (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-2"]  # the old run's checkpoint-3 is gone
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines() if "loss" in json.loads(line)]
+    assert steps == [1, 2]  # the old run's log is gone, not continued
+    assert json.loads((out / "run.json").read_text())["max_steps"] == 2
+
+
+def test_a_resumed_log_has_each_step_once_and_short_runs_report_their_loss(tmp_path):
+    out = tmp_path / "run"
+
+    # Killed after logging step 4; the newest checkpoint is step 3, so step 4 runs again.
+    train(config(out), callbacks=[StopAt(4)], model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    train(config(out, resume=True), model=tiny_model(), tokenizer=tiny_tokenizer())
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines() if "loss" in json.loads(line)]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    short = train(config(tmp_path / "short", max_steps=2, logging_steps=10), model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert short.final_loss is not None and short.final_loss > 0
+    assert json.loads((tmp_path / "short" / "setllm.json").read_text())["training"]["final_loss"] == short.final_loss
+
+
+def test_out_is_checked_and_locked(tmp_path):
+    import fcntl
+
+    from setllm import rundir
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if not os.access(ro, os.W_OK):  # root can write anywhere
+        with pytest.raises(ValueError, match="not writable"):
+            train(config(ro / "x"), model=tiny_model(), tokenizer=tiny_tokenizer())
+    out = tmp_path / "busy"
+    out.mkdir()
+    with (out / rundir.LOCK_FILE).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code = ("import sys; from pathlib import Path; from setllm import rundir\n"
+                f"try:\n    with rundir.locked(Path({str(out)!r})): print('entered')\nexcept Exception as e: print(e)")
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "another setllm process is writing there" in res.stdout

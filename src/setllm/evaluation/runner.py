@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import rundir
 from ..api import pick
 from ..data import MCRecord
 from ..errors import InputError
@@ -86,9 +87,9 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     _check_ordering_counts(records, one_run, cfg)
     meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
     settings = _settings(lm, cfg, task, source, meta)
-    out = store.prepare_dir(cfg.out)
+    out = rundir.prepare_dir(cfg.out)
     # Everything is checked before anything in --out changes; one writer at a time.
-    with store.locked(out):
+    with rundir.locked(out):
         if cfg.overwrite:
             store.clear(out)
         store.check_settings(out, settings)

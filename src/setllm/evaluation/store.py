@@ -8,11 +8,9 @@ more orderings) counts by its last line.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,34 +20,6 @@ from ..errors import InputError
 SETTINGS_FILE = "run.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SUMMARY_FILE = "summary.json"
-LOCK_FILE = ".lock"
-
-
-def prepare_dir(out: str | Path) -> Path:
-    """``--out`` created if need be, and writable, or one line saying why not."""
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"--out {out}: cannot create it ({e.strerror})") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: not writable")
-    return out
-
-
-@contextmanager
-def locked(out: Path) -> Iterator[None]:
-    """Hold ``out``'s lock for the run: a second process writing the same ``--out`` is
-    refused instead of interleaving its predictions with ours."""
-    f = (out / LOCK_FILE).open("a")
-    try:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InputError(f"--out {out}: another setllm process is writing there (lock {out / LOCK_FILE})") from None
-        yield
-    finally:
-        f.close()  # closing releases the lock
 
 
 def check_settings(out: Path, settings: dict[str, Any]) -> None:

@@ -7,6 +7,8 @@ the Trainer shards the data and syncs gradients.
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import warnings
 from contextlib import contextmanager
@@ -15,10 +17,12 @@ from pathlib import Path
 
 import torch
 
+from .. import rundir
 from ..codec import Codec
 from ..errors import InputError
 from ..loading import (
     DEFAULT_MODEL,
+    METADATA_FILE,
     AdapterInfo,
     check_adapter,
     load_model,
@@ -84,6 +88,13 @@ def _check_init_variant(cfg: TrainConfig) -> None:
         warnings.warn(f"--init-adapter was trained as {was}, continuing it as {cfg.variant}", stacklevel=3)
 
 
+RUN_FILE = "run.json"  # the settings a --resume must match
+# What a run writes into --out; --overwrite removes exactly these (never other files there).
+RUN_OUTPUTS = ("checkpoint-*", LOG_FILE, RUN_FILE, METADATA_FILE, "adapter_model.safetensors", "adapter_config.json",
+               "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "config.json", "generation_config.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "README.md")
+
+
 def checkpoint_to_resume(cfg: TrainConfig) -> str | None:
     """The newest checkpoint under ``--resume``; refuse to mix a fresh run into old ones."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -94,12 +105,46 @@ def checkpoint_to_resume(cfg: TrainConfig) -> str | None:
         raise InputError(f"--resume: no checkpoint-* directory in {out} to resume from")
     if not cfg.resume and last is not None and not cfg.overwrite:
         raise InputError(f"{out} already holds checkpoints ({Path(last).name}); pass --resume to continue, or --overwrite to start over")
+    if cfg.resume:
+        check_same_run(cfg)
     return last if cfg.resume else None
+
+
+def check_same_run(cfg: TrainConfig) -> None:
+    """``--resume`` continues *this* run: data, optimisation and model must be what the
+    checkpoints were trained with (only how the run is shown may change)."""
+    path = Path(cfg.out) / RUN_FILE
+    if not path.is_file():
+        raise InputError(f"--resume: {path} is missing, so the checkpoints cannot be matched to these settings; use --overwrite to start over")
+    old, new = json.loads(path.read_text(encoding="utf-8")), _run_settings(cfg)
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if diff:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:3])
+        raise InputError(f"--resume: {cfg.out} was trained with other settings ({shown}); resume with the same ones, or --overwrite")
+
+
+def _run_settings(cfg: TrainConfig) -> dict:
+    # Where the data lives and how attention is computed do not change what is trained.
+    return {k: v for k, v in cfg.recorded().items() if k not in ("data_dir", "attn", "allow_untested")}
+
+
+def clear_run(out: Path) -> None:
+    """``--overwrite``: remove everything an earlier run wrote, so nothing of it is resumed."""
+    for pattern in RUN_OUTPUTS:
+        for path in out.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer=None) -> TrainResult:
     """Run one training stage; a given base ``model``/``tokenizer`` replaces ``cfg.model``
-    (tests, notebooks); it is wrapped with LoRA as a loaded one would be."""
+    (tests, notebooks); it is wrapped with LoRA as a loaded one would be. ``--out`` is
+    checked writable first and locked for the run."""
+    out = rundir.prepare_dir(cfg.out)
+    with rundir.locked(out):
+        return _train(cfg, out, callbacks, model, tokenizer)
+
+
+def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer) -> TrainResult:
     resume_from = checkpoint_to_resume(cfg)
     examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
     model, tokenizer = build_model(cfg, model, tokenizer)
@@ -113,11 +158,16 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
         raise InputError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
     for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
         print(f"setllm train: {line}", file=sys.stderr)
+    if cfg.overwrite and not cfg.resume:
+        clear_run(out)
+    if not cfg.resume:
+        (out / RUN_FILE).write_text(json.dumps(_run_settings(cfg), indent=2) + "\n")
     trainer = make_trainer(cfg, model, codec, features, callbacks)
     with _library_deprecations_hidden():
         output = trainer.train(resume_from_checkpoint=resume_from)
     save(cfg, trainer, tokenizer, len(features), output)
-    return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer), output.metrics.get("train_runtime", 0.0), trainer.tokens_seen)
+    return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer, output), output.metrics.get("train_runtime", 0.0),
+                       trainer.tokens_seen)
 
 
 def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], callbacks: list | None = None) -> SetLLMTrainer:
@@ -148,16 +198,19 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     else:  # loadable by PEFT's own API, with no machine-local path in it
         make_adapter_portable(out, cfg.model)
     summary = {
-        "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer),
+        "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer, output),
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": cfg.recorded(),
     }
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True).write(out, training=summary)
 
 
-def _final_loss(trainer) -> float | None:
+def _final_loss(trainer, output=None) -> float | None:
+    """The last logged loss; with fewer steps than --logging-steps, the Trainer's mean loss."""
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return losses[-1] if losses else None
+    if losses:
+        return losses[-1]
+    return output.metrics.get("train_loss") if output is not None else None
 
 
 __all__ = ["TrainResult", "build_model", "train"]

@@ -11,7 +11,6 @@ Shapes: B batch, N tokens, R response columns kept, V vocabulary.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -139,6 +138,12 @@ class JsonlLogCallback(TrainerCallback):
     def __init__(self, path: Path):
         self.path = path
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        """On --resume, forget rows logged after the checkpoint: those steps run again."""
+        if state.is_world_process_zero and state.global_step > 0 and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= state.global_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             with self.path.open("a") as f:
@@ -153,5 +158,4 @@ class BarCallback(ProgressCallback):
             return
         if "loss" in logs:
             self.training_bar.set_postfix(loss=f"{logs['loss']:.4f}", tok_s=logs.get("tokens_per_s"), refresh=False)
-        elif "train_runtime" in logs:
-            self.training_bar.write(json.dumps(logs), file=sys.stderr)
+        # The Trainer's closing dict (train_runtime, ...) is summarised by `setllm train` itself.
