@@ -117,7 +117,7 @@ class SetLLM:
             adapter = default_adapter() if model is None and not base_asked else None
         info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
         net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle,
-                              allow_base_mismatch=allow_base_mismatch, progress=kwargs.get("progress", False))
+                              allow_base_mismatch=allow_base_mismatch)  # loading takes a second: no bar
         read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
         return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter))
 

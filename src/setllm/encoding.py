@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import InputError
+from .errors import InputError, SetLLMWarning
 from .prompt import PromptLike, Set, SetPrompt, as_prompt
 from .variants import PositionKind
 
@@ -205,17 +205,18 @@ _warned = False
 
 
 def _warn_on_boundaries(prompt: SetPrompt) -> None:
-    """Warn once if a segment ends with whitespace that joined text would merge forward."""
+    """Warn once if a segment ends with whitespace that joined text would merge forward (the
+    last one too: the response is joined to it)."""
     global _warned
     if _warned:
         return
-    for seg in prompt.segments[:-1]:
+    for seg in prompt.segments:
         parts = [seg] if isinstance(seg, str) else list(seg.elements)
         if any(p.endswith((" ", "\t", "\n\n")) for p in parts):
             warnings.warn(
                 "a prompt segment ends with a space or several newlines; tokenized on its own it "
                 "differs from the joined text. Put that whitespace at the start of the next segment.",
-                stacklevel=3,
+                SetLLMWarning, stacklevel=3,
             )
             _warned = True
             return

@@ -6,9 +6,9 @@ Data comes from ``tests/fixtures/train`` (see its README for sources).
 from __future__ import annotations
 
 import json
-import sys
-import subprocess
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
+from ..errors import SetLLMWarning
 from .common import Parser, apply_config_file, run_guarded, validate
 
 # name -> (module defining ``add_parser(subparsers)``, one-line help). Each parser sets
@@ -56,7 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         validate(args)
         return args.func(args)
 
-    return run_guarded(run, None)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        warnings.simplefilter("once", SetLLMWarning)
+        return run_guarded(run, None)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """setllm's own warnings as one line ``warning: ...``; others keep their usual form."""
+    if issubclass(category, SetLLMWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _DEFAULT_SHOW(message, category, filename, lineno, file, line)
+
+
+_DEFAULT_SHOW = warnings.showwarning
 
 
 if __name__ == "__main__":

@@ -55,16 +55,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..evaluation.report import load_run, markdown_table, save_plots
+    from ..evaluation.report import (
+        check_writable,
+        load_run,
+        markdown_table,
+        save_plots,
+        write_markdown,
+    )
 
+    plot_dir, plot_what = (Path(args.plot_dir), "--plot-dir") if args.plot_dir else (Path(args.dirs[0]), "plot folder (the first DIR)")
+    # Outputs are checked before anything is read or printed: a bad path is one line, not a traceback after the table.
+    if args.markdown:
+        check_writable(Path(args.markdown), "--markdown", folder=False)
+    if not args.no_plots:
+        check_writable(plot_dir, plot_what)
     runs = [load_run(d) for d in args.dirs]
     table = markdown_table(runs)
     print(table)
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(table + "\n")
+        write_markdown(args.markdown, table)  # makes the folder, adds the final newline
     if not args.no_plots:
-        for path in save_plots(runs, args.plot_dir or args.dirs[0]):
+        for path in save_plots(runs, plot_dir, plot_what):
             print(f"saved {path}", file=sys.stderr)
     return 0
 

@@ -19,7 +19,7 @@ import torch
 
 from .. import rundir
 from ..codec import Codec
-from ..errors import InputError
+from ..errors import InputError, SetLLMWarning
 from ..loading import (
     DEFAULT_MODEL,
     METADATA_FILE,
@@ -85,7 +85,7 @@ def _library_deprecations_hidden():
 def _check_init_variant(cfg: TrainConfig) -> None:
     was = AdapterInfo.read(cfg.init_adapter).variant
     if was and was != cfg.variant:
-        warnings.warn(f"--init-adapter was trained as {was}, continuing it as {cfg.variant}", stacklevel=3)
+        warnings.warn(f"--init-adapter was trained as {was}, continuing it as {cfg.variant}", SetLLMWarning, stacklevel=3)
 
 
 RUN_FILE = "run.json"  # the settings a --resume must match
