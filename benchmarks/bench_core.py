@@ -25,9 +25,9 @@ import torch
 
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
-from setllm.tasks import get_task, load_records
 from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
+from setllm.tasks import get_task, load_records
 
 
 def timed(fn) -> float:

@@ -139,3 +139,26 @@ def test_score_needs_options_for_several_sets():
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer())
     with pytest.raises(ValueError, match="it has 2 sets; pass options explicitly"):
         lm.score([["q", Set(["a", "b"]), "r", Set(["c", "d"])]])
+
+
+def test_choose_a_file_of_questions_resumes_in_input_order(model_dir, capsys, tmp_path):
+    rows = [{"id": "a", "question": "Capital of France?", "options": ["Paris", "Rome"]},
+            {"question": "Pick", "options": ["x", "y", "z"], "context": "Ctx."},
+            {"id": "c", "question": "Colour?", "options": ["red", "blue"]}]
+    src, out = tmp_path / "q.jsonl", tmp_path / "out" / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli(capsys, "choose", "--input", str(src), "--output", str(out), "--model", model_dir, "--no-progress")
+    assert code == 0 and "3 answered" in err
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in got] == ["a", "1", "c"] and [len(g["scores"]) for g in got] == [2, 3, 2]
+    code, single, _ = cli(capsys, "choose", "Capital of France?", "--options", "Paris", "Rome", "--model", model_dir, "--json")
+    assert got[0]["answer"] == json.loads(single)["answer"]
+    out.write_text(out.read_text().splitlines(keepends=True)[0] + '{"id": "1", "ans')  # killed mid-line
+    code, _, err = cli(capsys, "choose", "--input", str(src), "--output", str(out), "--model", model_dir, "--no-progress")
+    assert code == 0 and "2 answered, 1 already" in err
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["a", "1", "c"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"question": "Q", "options": ["a"]}) + "\n")
+    code, _, err = cli(capsys, "choose", "--input", str(bad), "--output", str(tmp_path / "b.jsonl"), "--model", model_dir)
+    assert code == 2 and err.strip() == f"error: {bad}:2: options: a question needs at least two options, got 1"
+    assert not (tmp_path / "b.jsonl").exists()  # nothing written for a bad file

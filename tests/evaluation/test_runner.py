@@ -115,11 +115,12 @@ def test_resume_after_interruption_gives_the_same_summary(sharp, tok, tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         evaluate(sharp, tok, "causal-pe", tmp_path / "cut", batch_size=2)
     monkeypatch.setattr(runner, "evaluate_chunk", real)
-    assert len(rows(tmp_path / "cut")) == 2 and not (tmp_path / "cut" / "summary.json").exists()
+    # 24 orderings a question fill a batch: one question per chunk, so one finished before the kill.
+    assert len(rows(tmp_path / "cut")) == 1 and not (tmp_path / "cut" / "summary.json").exists()
     with (tmp_path / "cut" / "predictions.jsonl").open("a") as f:
         f.write('{"id": "Mercury_7041143", "label": 2, "orderi')  # a line cut short by the kill
     resumed = evaluate(sharp, tok, "causal-pe", tmp_path / "cut", batch_size=2)
-    assert resumed["resumed_questions"] == 2
+    assert resumed["resumed_questions"] == 1
     assert {k: resumed.get(k) for k in STABLE} == {k: whole.get(k) for k in STABLE}
     strip = lambda rs: [{k: v for k, v in r.items() if k not in ("time_s", "peak_mb")} for r in rs]  # noqa: E731
     assert strip(rows(tmp_path / "cut")) == strip(rows(tmp_path / "whole"))
@@ -203,3 +204,15 @@ def test_a_rerun_with_more_modes_keeps_one_row_per_question(sharp, tok, tmp_path
     written = rows(tmp_path)
     assert len(written) == 6 and len({r["id"] for r in written}) == 6 and all(len(r["predictions"]) == 24 for r in written)
     assert s["runs_per_question"]["random"] == 24.0
+
+
+def test_summary_has_standard_errors_versions_and_samples_when_asked(sharp, tok, tmp_path):
+    s = evaluate(sharp, tok, "causal-pe", tmp_path, log_samples=True)
+    n = s["n"]
+    for mode in ("single", "adversarial", "majority"):  # 0/1 per question: the binomial standard error
+        p = s["accuracy"][mode] / 100
+        assert s["accuracy_stderr"][mode] == pytest.approx(100 * (p * (1 - p) / (n - 1)) ** 0.5, abs=1e-3)
+    assert set(s["versions"]) == {"torch", "transformers", "peft", "accelerate"} and s["versions"]["transformers"]
+    row = rows(tmp_path)[0]
+    assert row["prompt"].startswith("Question: ") and row["prompt"].endswith("Answer:") and len(row["choices"]) == 4
+    assert all(c in row["prompt"] for c in row["choices"])

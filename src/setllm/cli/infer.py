@@ -22,9 +22,13 @@ def add_parser(sub, name: str):
 
 def _choose_parser(sub):
     p = add_command(sub, "choose", [ModelOptions], help="answer a multiple-choice question, options as a set",
-                    description="Score each option as the answer to QUESTION, with the options in the prompt as a set.")
-    p.add_argument("question", help="the question text")
-    p.add_argument("--options", nargs="+", required=True, metavar="OPT", help="the candidate answers (at least two)")
+                    description="Score each option as the answer to QUESTION, with the options in the prompt as a set; "
+                                "or answer many: --input rows.jsonl --output answers.jsonl.")
+    p.add_argument("question", nargs="?", help="the question text")
+    p.add_argument("--options", nargs="+", metavar="OPT", help="the candidate answers (at least two)")
+    p.add_argument("--input", metavar="FILE", help='JSONL of {"id"?, "question", "options": [...], "context"?}; answers go to --output')
+    p.add_argument("--output", metavar="FILE", help='JSONL of {"id", "answer", "index", "scores"} in input order; a rerun skips answered rows')
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
     p.add_argument("--context", help="optional context shown before the question")
     p.add_argument("--normalize", action="store_true", help="pick by mean per-token log-likelihood instead of the sum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -57,6 +61,10 @@ def _demo_parser(sub):
 def cmd_choose(args: argparse.Namespace) -> int:
     from ..api import check_choices
 
+    if args.input or args.output:
+        return _choose_file(args)
+    if args.question is None or args.options is None:
+        raise InputError("pass QUESTION and --options, or --input FILE.jsonl --output FILE.jsonl")
     options = check_choices(args.options, "--options")  # say so before spending seconds loading the model
     lm = load_setllm(args)
     print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
@@ -74,6 +82,44 @@ def cmd_choose(args: argparse.Namespace) -> int:
             print(f"{mark} {s.logprob:10.4f}  {s.text}")
         print(f"answer: {choice.answer}")
     return 0
+
+
+def _choose_file(args: argparse.Namespace) -> int:
+    from .. import jsonl_job
+
+    if not (args.input and args.output) or args.question or args.options:
+        raise InputError("--input FILE.jsonl and --output FILE.jsonl go together, without QUESTION or --options")
+    rows = jsonl_job.read_rows(args.input, _choose_row)  # every row checked before the model loads
+    jsonl_job.check_output(args.output)
+    lm = load_setllm(args, progress=False)
+
+    def answer(batch):
+        from ..api import pick
+        from ..templates import mc_prompt
+
+        scores = lm.score([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
+        picks = [pick(s, args.normalize) for s in scores]
+        return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
+
+    n = jsonl_job.run(rows, args.output, answer, lm.batch_size, args.progress)
+    print(f"{n} answered, {len(rows) - n} already in {args.output}", file=sys.stderr)
+    return 0
+
+
+def _choose_row(obj: object, where: str) -> dict:
+    from ..api import check_choices
+    from ..data import DataError
+
+    if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or "options" not in obj:
+        raise DataError(f"{where}: expected {{\"question\": str, \"options\": [str, ...], \"context\"?: str}}")
+    context = obj.get("context")
+    if context is not None and not isinstance(context, str):
+        raise DataError(f"{where}: 'context' must be a string")
+    try:
+        options = check_choices(obj["options"], "options")
+    except InputError as e:
+        raise DataError(f"{where}: {e}") from None
+    return {"question": obj["question"], "options": options, "context": context}
 
 
 def read_prompt(args: argparse.Namespace):

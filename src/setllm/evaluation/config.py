@@ -41,6 +41,7 @@ class EvalConfig:
     label: str | None = field(default=None, metadata=_help("row name in `setllm report`; default: the variant's paper name", metavar="TEXT"))
     out: str = field(default="", metadata=_help("run directory: run.json, predictions.jsonl, summary.json (required)", metavar="DIR"))
     overwrite: bool = field(default=False, metadata=_help("discard an earlier run in --out instead of resuming it"))
+    log_samples: bool = field(default=False, metadata=_help("also write each question's prompt (dataset order) and choices to predictions.jsonl"))
     progress: bool = field(default=True, metadata=_help("show a progress bar"))
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ reads it: random == adversarial == majority == single by construction.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -70,12 +71,26 @@ class Metric:
 
     def aggregate(self, results: Sequence[QuestionResult], seed: int = 0) -> float:
         """Mean over questions, in percent."""
+        values = self._values(results, seed)
+        return 100.0 * sum(values) / len(values)
+
+    def stderr(self, results: Sequence[QuestionResult], seed: int = 0) -> float:
+        """Standard error of that mean over questions, in percent (lm-eval's ``acc_stderr``:
+        sample standard deviation / sqrt(n); 0 for a single question)."""
+        values = self._values(results, seed)
+        n = len(values)
+        if n < 2:
+            return 0.0
+        mean = sum(values) / n
+        return 100.0 * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+    def _values(self, results: Sequence[QuestionResult], seed: int) -> list[float]:
         if not results:
             raise ValueError(f"metric {self.name}: no questions to aggregate")
         for r in results:
             if PLANS.index(r.plan) < PLANS.index(self.needs):
                 raise ValueError(f"metric {self.name} needs plan {self.needs!r}, but question {r.id} was run with {r.plan!r}")
-        return 100.0 * sum(self.per_question(r, seed) for r in results) / len(results)
+        return [self.per_question(r, seed) for r in results]
 
 
 METRICS: dict[str, Metric] = {}

@@ -104,8 +104,9 @@ def _run(lm, cfg: EvalConfig, records, template: Template, plan: str, one_run: b
     if cfg.verify_invariance and lm.variant.invariant:
         lm = lm.with_options(exact=False)  # verifying means reading the orderings unsorted
     with _progress(cfg, len(records), len(records) - len(todo)) as bar:
-        for lo in range(0, len(todo), lm.batch_size):
-            rows = evaluate_chunk(lm, template, todo[lo : lo + lm.batch_size], plan, one_run, cfg)
+        step = _questions_per_chunk(lm.batch_size, todo, one_run, cfg)
+        for lo in range(0, len(todo), step):
+            rows = evaluate_chunk(lm, template, todo[lo : lo + step], plan, one_run, cfg)
             store.append_predictions(out, rows, settings)
             done.update((row["id"], row) for row in rows)
             bar.update(len(rows))
@@ -135,7 +136,19 @@ def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: st
     while items := [(q, o) for q in questions for o in q.next(plan)]:
         for lo in range(0, len(items), lm.batch_size):
             score_batch(lm, template, items[lo : lo + lm.batch_size], cfg.normalize)
-    return [q.row(plan, one_run, cfg.seed) for q in questions]
+    rows = [q.row(plan, one_run, cfg.seed) for q in questions]
+    if cfg.log_samples:  # what was asked, as lm-eval's --log_samples keeps it
+        for row, r in zip(rows, records):
+            row.update(prompt=template.render(r, identity(len(r.choices))).prompt.text(), choices=list(r.choices))
+    return rows
+
+
+def _questions_per_chunk(batch_size: int, todo: Sequence[MCRecord], one_run: bool, cfg: EvalConfig) -> int:
+    """Enough questions to fill a forward batch with their orderings, no more: with 24
+    orderings a question, the progress bar then moves question by question."""
+    if one_run or not todo:
+        return batch_size
+    return max(1, batch_size // len(_due(todo[0], one_run, cfg)))
 
 
 def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]], normalize: bool) -> None:

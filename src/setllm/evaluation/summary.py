@@ -29,6 +29,7 @@ def summarize(rows: Sequence[dict], cfg: EvalConfig, settings: dict, lm=None) ->
         "template": settings["template"], "model": settings["model"], "adapter": settings["adapter"], "label": cfg.label,
         "invariant": settings["invariant"], "modes": modes,
         "accuracy": {m: round(METRICS[m].aggregate(results, cfg.seed), 4) for m in modes},
+        "accuracy_stderr": {m: round(METRICS[m].stderr(results, cfg.seed), 4) for m in modes},
         **_mode_costs(rows, modes),
         "one_run_per_question": all(r["one_run"] for r in rows),
         "orderings": {"max": cfg.max_orderings, "choice": cfg.ordering_choice, "seed": cfg.seed,
@@ -44,7 +45,7 @@ def summarize(rows: Sequence[dict], cfg: EvalConfig, settings: dict, lm=None) ->
     summary["metrics"] = {m.name: {"meaning": m.meaning, "higher_is_better": m.higher_is_better, "unit": "%"}
                           for m in METRICS.values() if m.name in modes or (m.name == "flip" and "flip_rate" in summary)}
     summary.update(memory_measure=memory_measure(lm.model.device) if lm is not None else None, settings=settings,
-                   setllm_version=__version__, python=platform.python_version(),
+                   setllm_version=__version__, versions=_versions(), python=platform.python_version(),
                    finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                    ids=[r["id"] for r in rows])  # which rows of predictions.jsonl this summary covers
     return summary
@@ -72,3 +73,16 @@ def _cost(row: dict, mode: str) -> list[int]:
         wrong = [i for i, p in enumerate(row["predictions"]) if p != row["label"]]
         return list(range(wrong[0] + 1 if wrong else n))
     return list(range(n))
+
+
+def _versions() -> dict[str, str | None]:
+    """The library versions a result depends on (what lm-eval records too)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "peft", "accelerate"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
