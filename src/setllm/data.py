@@ -62,9 +62,13 @@ def iter_jsonl(path: str | Path, errors: str = "raise") -> Iterator[tuple[str, o
     """
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+        raise DataError(f"{path}: " + ("is a directory, not a JSONL file" if path.is_dir() else "no such file"))
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"

@@ -128,6 +128,17 @@ def _hit_stop(tokenizer, tokens: list[int], stop: Sequence[str], stop_ids: set[i
 
 def _finish(tokenizer, tokens: list[int], stop: Sequence[str], stop_ids: set[int]) -> str:
     tokens = [t for t in tokens if t not in stop_ids]
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    text = _complete_characters(tokenizer, tokens)
     cuts = [text.index(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
+
+
+def _complete_characters(tokenizer, tokens: list[int]) -> str:
+    """The decoded text without a character that ``max_new_tokens`` cut in half: byte-level
+    tokens can end inside a multi-byte character, which decodes to U+FFFD."""
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    for drop in range(1, min(4, len(tokens)) + 1):  # a character spans at most 4 bytes
+        if not text.endswith("\ufffd"):
+            break
+        text = tokenizer.decode(tokens[:-drop], skip_special_tokens=True)
+    return text

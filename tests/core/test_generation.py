@@ -104,3 +104,13 @@ def test_eos_stops_generation(lm):
 def test_bad_generation_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GenerationConfig(**kwargs)
+
+
+def test_a_character_cut_by_max_new_tokens_is_dropped_not_replaced():
+    """Byte-level tokens can stop inside a multi-byte character; the text must not end in U+FFFD."""
+    from setllm.generation import _finish
+
+    tok = tiny_tokenizer()
+    ids = tok.encode("日本", add_special_tokens=False)  # 6 byte tokens, 3 per character
+    assert tok.decode(ids[:4]).endswith("\ufffd")  # what a plain decode gives
+    assert [_finish(tok, ids[:n], (), set()) for n in range(1, 7)] == ["", "", "日", "日", "日", "日本"]

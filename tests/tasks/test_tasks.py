@@ -132,3 +132,14 @@ def test_export_renders_training_data_as_evaluated(tmp_path):
     record = first_record("social_iqa")
     assert examples[0].prompt == TASKS["social_iqa"].modified.render(record, (0, 1, 2)).prompt
     assert examples[0].response == record.choices[record.label]
+
+
+def test_unreadable_files_are_named(tmp_path):
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(b'{"question": "Q?", "choices": ["a", "b"], "label": 0}\n{"question": "caf\xe9?", "choices": ["a", "b"], "label": 0}\n')
+    with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text"):
+        load_records(get_task(None), data_file=str(latin))
+    with pytest.raises(DataError, match=r"is a directory, not a JSONL file"):
+        load_records(get_task(None), data_file=str(tmp_path))
+    with pytest.raises(DataError, match=r"missing.jsonl: no such file"):
+        load_records(get_task(None), data_file=str(tmp_path / "missing.jsonl"))
