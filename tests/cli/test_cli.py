@@ -162,3 +162,13 @@ def test_choose_a_file_of_questions_resumes_in_input_order(model_dir, capsys, tm
     code, _, err = cli(capsys, "choose", "--input", str(bad), "--output", str(tmp_path / "b.jsonl"), "--model", model_dir)
     assert code == 2 and err.strip() == f"error: {bad}:2: options: a question needs at least two options, got 1"
     assert not (tmp_path / "b.jsonl").exists()  # nothing written for a bad file
+
+
+def test_setllm_warnings_print_once_as_one_line(model_dir, capsys, monkeypatch):
+    import setllm.encoding
+
+    monkeypatch.setattr(setllm.encoding, "_warned", False)  # it warns once per process
+    code, _, err = cli(capsys, "generate", "--prompt", "a\\n{{x||y}}Answer: ", "--max-new-tokens", "2", "--model", model_dir)
+    assert code == 0
+    warning_lines = [line for line in err.splitlines() if "warning" in line.lower()]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: a prompt segment ends with a space")

@@ -72,3 +72,16 @@ def test_bad_record_names_file_and_line(model_dir, tmp_path, capsys):
     assert code == 2 and err.startswith(f"error: {bad}:2: 'label' must be an integer index") and len(err.splitlines()) == 1
     assert main(["report", str(tmp_path / "nowhere")]) == 2
 
+
+
+def test_config_file_takes_every_option_name_including_model_ones(model_dir, tmp_path, capsys):
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(f"dataset: arc_challenge\ndata_dir: {FIXTURES}\nmodel: {model_dir}\nadapter: none\nvariant: causal-pe\n"
+                   f"limit: 2\nmodes: [single]\nout: {tmp_path / 'run'}\nprogress: false\n")
+    assert main(["eval", "--config", str(cfg), "--limit", "1"]) == 0  # flags override the file
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["variant"], summary["n"], summary["modes"]) == ("causal-pe", 1, ["single"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: arc_challenge\nlimit: many\n")
+    assert main(["eval", "--config", str(bad), "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: argument --limit: invalid int value: 'many'")

@@ -90,6 +90,8 @@ class TrainConfig(TrainingArguments):
     train_sampling_strategy: str = field(default="group_by_length", metadata=_help(
         "'group_by_length' batches examples of similar length together (less padding; still seeded and resumable), or 'random'",
         choices=["random", "sequential", "group_by_length", "batch_rebalance"]))
+    disable_tqdm: bool | None = field(default=None, metadata=_help(
+        "no progress bar (default: shown on a terminal)", nargs="?", const=True, aliases=["--no-progress"]))
     report_to: str | None = field(default="none", metadata=_help("experiment trackers to report to (none by default)"))
     # The collator's layout tensors are not model arguments: the Trainer must not drop them.
     remove_unused_columns: bool = field(default=False, metadata=_help("keep False: setllm's batches carry layout tensors"))
