@@ -38,6 +38,21 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """A judge's verdict over k candidates, indices into the caller's list.
+
+    Attributes:
+        best: the best candidate (None: a tie within ``tie_margin``).
+        ranking: all candidates, best first.
+        scores: one log-likelihood per candidate, in the caller's order.
+    """
+
+    best: int | None
+    ranking: list[int]
+    scores: list[float]
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """How a :class:`SetLLM` reads prompts and scores responses.
 
@@ -195,6 +210,26 @@ class SetLLM:
         scores = self.score([mc_prompt(question, options, context)], [options])[0]
         return pick(scores, normalize)
 
+    # -- judge --------------------------------------------------------------------------
+    def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0) -> Verdict:
+        """Which candidate response to ``instruction`` is best (see :mod:`setllm.tasks.judge`).
+
+        The candidates are one set with identical, unnamed framing, and each is scored as the
+        continuation of the same prompt: under an invariant variant the verdict and every
+        score are the same in any order. Two best scores within ``tie_margin`` are a tie.
+        """
+        return self.judge_many([(instruction, candidates, input)], tie_margin)[0]
+
+    def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0) -> list[Verdict]:
+        """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
+        from .tasks.judge import judge_prompt
+
+        if tie_margin < 0:
+            raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
+        cands = [_candidates(c) for _, c, _ in rows]
+        prompts = [judge_prompt(instr, c, inp) for (instr, _, inp), c in zip(rows, cands)]
+        return [_verdict([s.logprob for s in scores], tie_margin) for scores in self.score(prompts, cands)]
+
     # -- generate -----------------------------------------------------------------------
     def generate(self, prompts: PromptLike | Sequence[PromptLike], config: generation.GenerationConfig | None = None,
                  **kwargs) -> str | list[str]:
@@ -231,6 +266,20 @@ class SetLLM:
     def __repr__(self) -> str:
         o = self.options
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+def _candidates(candidates) -> list[str]:
+    """Judge candidates: at least two, non-empty; outer whitespace is not part of a response."""
+    out = [c.strip() for c in _option_list(candidates, "candidates")]
+    if len(out) < 2:
+        raise InputError(f"a judge needs at least two candidates, got {len(out)}")
+    return out
+
+
+def _verdict(scores: list[float], tie_margin: float) -> Verdict:
+    ranking = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    tied = len(scores) > 1 and scores[ranking[0]] - scores[ranking[1]] <= tie_margin and tie_margin > 0
+    return Verdict(None if tied else ranking[0], ranking, scores)
 
 
 def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choice:

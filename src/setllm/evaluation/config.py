@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..tasks import TASKS, TEMPLATES, get_task
+from ..tasks import JUDGE_TASKS, TASKS, TEMPLATES, get_task
 from .metrics import MODES, plan_for
 from .orderings import ORDERING_CHOICES
 
@@ -18,7 +18,8 @@ def _help(text: str, **extra) -> dict:
 class EvalConfig:
     """One ``setllm eval`` run (the model flags are :class:`setllm.cli.common.ModelOptions`)."""
 
-    dataset: str | None = field(default=None, metadata=_help("benchmark to evaluate", choices=list(TASKS)))
+    dataset: str | None = field(default=None, metadata=_help(
+        "benchmark to evaluate; 'ultrafeedback-pairs' / 'judge' (with --data-file) evaluate a judge", choices=[*TASKS, *JUDGE_TASKS]))
     split: str | None = field(default=None, metadata=_help("split; default: the paper's (ARC test, others validation)", metavar="S"))
     data_dir: str | None = field(default=None, metadata=_help("read <D>/<dataset>/<split>.jsonl instead of the HF hub", metavar="D"))
     data_file: str | None = field(default=None, metadata=_help(
@@ -48,7 +49,7 @@ class EvalConfig:
         if not self.out:
             raise InputError("no output directory: pass --out DIR")
         if self.dataset is None and not self.data_file:
-            raise InputError("pass --dataset (one of: " + ", ".join(TASKS) + ") or --data-file FILE.jsonl")
+            raise InputError("pass --dataset (one of: " + ", ".join([*TASKS, *JUDGE_TASKS]) + ") or --data-file FILE.jsonl")
         if self.dataset is not None:
             get_task(self.dataset)
         if isinstance(self.modes, (list, tuple)):  # from a config file

@@ -84,7 +84,8 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     # Verifying means running every tested ordering, whatever the modes would need.
     plan = "all" if cfg.verify_invariance else plan_for(cfg.mode_list)
     one_run = not template.shows_options or (template.options_as_set and lm.variant.invariant and not cfg.verify_invariance)
-    _check_ordering_counts(records, one_run, cfg)
+    if template.orderings is None:
+        _check_ordering_counts(records, one_run, cfg)
     meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
     settings = _settings(lm, cfg, task, source, meta)
     out = rundir.prepare_dir(cfg.out)
@@ -104,7 +105,7 @@ def _run(lm, cfg: EvalConfig, records, template: Template, plan: str, one_run: b
     if cfg.verify_invariance and lm.variant.invariant:
         lm = lm.with_options(exact=False)  # verifying means reading the orderings unsorted
     with _progress(cfg, len(records), len(records) - len(todo)) as bar:
-        step = _questions_per_chunk(lm.batch_size, todo, one_run, cfg)
+        step = _questions_per_chunk(lm.batch_size, todo, one_run, cfg, template)
         for lo in range(0, len(todo), step):
             rows = evaluate_chunk(lm, template, todo[lo : lo + step], plan, one_run, cfg)
             store.append_predictions(out, rows, settings)
@@ -132,7 +133,7 @@ def _check_ordering_counts(records: Sequence[MCRecord], one_run: bool, cfg: Eval
 
 def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: str, one_run: bool, cfg: EvalConfig) -> list[dict]:
     """Score a chunk of questions under their due orderings; one row per question."""
-    questions = [_Question(r, _due(r, one_run, cfg)) for r in records]
+    questions = [_Question(r, _due(r, one_run, cfg, template)) for r in records]
     while items := [(q, o) for q in questions for o in q.next(plan)]:
         for lo in range(0, len(items), lm.batch_size):
             score_batch(lm, template, items[lo : lo + lm.batch_size], cfg.normalize)
@@ -143,12 +144,12 @@ def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: st
     return rows
 
 
-def _questions_per_chunk(batch_size: int, todo: Sequence[MCRecord], one_run: bool, cfg: EvalConfig) -> int:
+def _questions_per_chunk(batch_size: int, todo: Sequence[MCRecord], one_run: bool, cfg: EvalConfig, template: Template) -> int:
     """Enough questions to fill a forward batch with their orderings, no more: with 24
     orderings a question, the progress bar then moves question by question."""
     if one_run or not todo:
         return batch_size
-    return max(1, batch_size // len(_due(todo[0], one_run, cfg)))
+    return max(1, batch_size // len(_due(todo[0], one_run, cfg, template)))
 
 
 def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]], normalize: bool) -> None:
@@ -164,9 +165,13 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
         q.add(order, s, seconds, peak, normalize)
 
 
-def _due(record: MCRecord, one_run: bool, cfg: EvalConfig) -> list[Ordering]:
+def _due(record: MCRecord, one_run: bool, cfg: EvalConfig, template: Template | None = None) -> list[Ordering]:
     k = len(record.choices)
-    return [identity(k)] if one_run else orderings(k, cfg.max_orderings, cfg.ordering_choice, cfg.seed, record.id)
+    if one_run:
+        return [identity(k)]
+    if template is not None and template.orderings is not None:
+        return template.orderings(k)
+    return orderings(k, cfg.max_orderings, cfg.ordering_choice, cfg.seed, record.id)
 
 
 def _covers(row: dict | None, plan: str) -> bool:

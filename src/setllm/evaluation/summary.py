@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from .. import __version__
+from ..tasks import get_task
 from .config import EvalConfig
 from .metrics import METRICS, QuestionResult, answer_changes, plan_for
 from .resources import memory_measure
@@ -42,6 +43,8 @@ def summarize(rows: Sequence[dict], cfg: EvalConfig, settings: dict, lm=None) ->
         summary["invariance_verified"] = cfg.verify_invariance
     if plan_for(modes) == "all" and multi:
         summary["flip_rate"] = round(METRICS["flip"].aggregate(results, cfg.seed), 4)
+    if get_task(settings["dataset"]).kind == "judge":
+        summary.update(judge_metrics(rows))
     summary["metrics"] = {m.name: {"meaning": m.meaning, "higher_is_better": m.higher_is_better, "unit": "%"}
                           for m in METRICS.values() if m.name in modes or (m.name == "flip" and "flip_rate" in summary)}
     summary.update(memory_measure=memory_measure(lm.model.device) if lm is not None else None, settings=settings,
@@ -86,3 +89,27 @@ def _versions() -> dict[str, str | None]:
         except PackageNotFoundError:
             out[name] = None
     return out
+
+
+def judge_metrics(rows: Sequence[dict]) -> dict:
+    """A judge's numbers over its verdicts in the data's order and reversed (a pair: swapped).
+
+    ``accuracy_swapped``: right with the order reversed (``accuracy.single`` is the data's
+    order, ``accuracy.adversarial`` right in both: JudgeBench's both-orders aggregate). ``position_consistency``: share
+    of questions whose pick survives the swap. ``first_slot_rate``: share of verdicts (both
+    orders) that pick the candidate shown first; 0.5 is unbiased. A question run once (an
+    invariant judge) gives the same candidate under both orders by construction: consistent,
+    and first in exactly one of the two orders (0.5). All in percent, like the accuracies.
+    """
+    right_swapped, consistent, first = [], [], []
+    for r in rows:
+        picks = r["predictions"] if len(r["predictions"]) > 1 else r["predictions"] * 2
+        right_swapped.append(picks[1] == r["label"])
+        consistent.append(picks[0] == picks[1])
+        if len(r["predictions"]) > 1:
+            first += [p == o[0] for p, o in zip(picks, r["orderings"])]
+        else:
+            first += [True, False]  # the same candidate is first in one of the two orders
+    pct = lambda xs: round(100.0 * sum(xs) / len(xs), 4)  # noqa: E731
+    return {"accuracy_swapped": pct(right_swapped), "position_consistency": pct(consistent),
+            "first_slot_rate": pct(first)}

@@ -10,7 +10,15 @@ Multiple-choice benchmarks: :mod:`.arc_challenge`, :mod:`.piqa`, :mod:`.commonse
 from __future__ import annotations
 
 from ..data import DataError
-from . import arc_challenge, commonsense_qa, custom, piqa, social_iqa, ultrafeedback
+from . import (
+    arc_challenge,
+    commonsense_qa,
+    custom,
+    judge,
+    piqa,
+    social_iqa,
+    ultrafeedback,
+)
 from .base import (
     CONTINUATION,
     OPTION_SET,
@@ -27,6 +35,8 @@ from .base import (
 
 # The paper's four benchmarks, in the order its tables give them.
 TASKS: dict[str, MCTask] = {m.TASK.name: m.TASK for m in (piqa, arc_challenge, commonsense_qa, social_iqa)}
+# Judging candidate responses (:mod:`.judge`): the UltraFeedback test pairs, or a user's rows.
+JUDGE_TASKS: dict[str, MCTask] = {t.name: t for t in (judge.PAIRS, judge.TASK)}
 CUSTOM = custom.TASK
 
 
@@ -34,16 +44,18 @@ def get_task(name: str | None) -> MCTask:
     """A benchmark by name; None (or ``custom``) is a user's own file."""
     if name is None or name == CUSTOM.name:
         return CUSTOM
+    known = {**TASKS, **JUDGE_TASKS}
     try:
-        return TASKS[name]
+        return known[name]
     except KeyError:
-        raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(TASKS)}") from None
+        raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(known)}") from None
 
 
 def column(name: str) -> str:
     """The table column title of a dataset (its name if unknown)."""
-    return TASKS[name].column if name in TASKS else name
+    known = {**TASKS, **JUDGE_TASKS}
+    return known[name].column if name in known else name
 
 
-__all__ = ["CONTINUATION", "CUSTOM", "OPTION_SET", "TASKS", "TEMPLATES", "HubSource", "MCTask", "Ordering", "Rendered", "Template",
-           "column", "get_task", "hub_rows", "load_records", "read_records", "ultrafeedback"]
+__all__ = ["CONTINUATION", "CUSTOM", "JUDGE_TASKS", "OPTION_SET", "TASKS", "TEMPLATES", "HubSource", "MCTask", "Ordering", "Rendered", "Template",
+           "column", "get_task", "hub_rows", "judge", "load_records", "read_records", "ultrafeedback"]

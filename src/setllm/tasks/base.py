@@ -16,7 +16,7 @@ option ``ordering[p]`` of the record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data import DataError, MCRecord, iter_jsonl, parse_record, subset
@@ -45,11 +45,14 @@ class Template:
             run and one run per question is enough.
         options_as_set: the options are one set, so an invariant variant reads them
             order-free and one run per question is enough (``--verify-invariance`` checks).
+        orderings: ``k -> orderings`` this template is always tested under (a judge: the
+            data's order and its reverse); None leaves it to ``--max-orderings``.
     """
 
     render: Callable[[MCRecord, Ordering], Rendered]
     shows_options: bool
     options_as_set: bool
+    orderings: Callable[[int], list[Ordering]] | None = None  # fixed orderings to test (None: evaluation's choice)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class HubSource:
     path: str
     config: str | None
     normalise: Callable[[dict], dict]
+    split_names: dict[str, str] = field(default_factory=dict)  # ours -> the hub's, where they differ
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class MCTask:
         eval_split: the split the paper evaluates on.
         hub: where the data comes from without ``--data-dir`` (None: local files only).
         needs_context: records must carry a non-empty ``context``.
+        kind: ``"mc"`` (a question and its options) or ``"judge"`` (an instruction and
+            candidate responses); decides the summary's extra keys.
+        folder: the folder under ``--data-dir`` (default: ``name``).
+        parse: ``(json object, "file:line") -> record`` (None: the row is skipped, e.g. a tie).
     """
 
     name: str
@@ -82,6 +90,9 @@ class MCTask:
     eval_split: str = "test"
     hub: HubSource | None = None
     needs_context: bool = False
+    kind: str = "mc"
+    folder: str | None = None
+    parse: Callable[[object, str], MCRecord | None] = parse_record
 
     def template(self, name: str) -> Template:
         if name not in TEMPLATES:
@@ -118,9 +129,10 @@ OPTION_SET = Template(_as_set, shows_options=True, options_as_set=True)
 
 def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:
     """``<data_dir>/<task>/<split>.jsonl``, or a :class:`DataError` listing the splits there."""
-    path = Path(data_dir) / task.name / f"{split}.jsonl"
+    folder = task.folder or task.name
+    path = Path(data_dir) / folder / f"{split}.jsonl"
     if not path.is_file():
-        have = sorted(p.stem for p in (Path(data_dir) / task.name).glob("*.jsonl"))
+        have = sorted(p.stem for p in (Path(data_dir) / folder).glob("*.jsonl"))
         raise DataError(f"{path}: no such file (splits here: {', '.join(have) or 'none'})")
     return path
 
@@ -135,23 +147,24 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
     except ImportError:
         raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
     try:
-        ds = datasets.load_dataset(hub.path, hub.config, split=split)
+        ds = datasets.load_dataset(hub.path, hub.config, split=hub.split_names.get(split, split))
     except Exception as e:  # network, missing split, ...: one clear line for the user
         raise DataError(f"could not load {hub.path} split {split!r} from the hub ({type(e).__name__}); pass --data-dir") from None
     return [{"id": f"{task.name}-{i}", **hub.normalise(row)} for i, row in enumerate(ds)]
 
 
-def read_records(task: MCTask, split: str | None = None, data_dir: str | None = None, data_file: str | None = None,
-                 require_label: bool = True) -> tuple[list[tuple[str, MCRecord]], str]:
+def read_records(task: MCTask, split: str | None = None, data_dir: str | None = None,
+                 data_file: str | None = None) -> tuple[list[tuple[str, MCRecord]], str]:
     """``(where, record)`` pairs of a split and where they came from: ``data_file`` (a user's
     JSONL), else ``data_dir/<name>/<split>.jsonl``, else the hub."""
     split = split or task.eval_split
     if data_file or data_dir:
         path = Path(data_file) if data_file else local_path(task, split, data_dir)
-        rows = [(where, parse_record(obj, where, require_label)) for where, obj in iter_jsonl(path)]
-        return rows, str(path.resolve())
-    rows = hub_rows(task, split)
-    return [(f"{task.name}[{i}]", parse_record(obj, f"{task.name}[{i}]", require_label)) for i, obj in enumerate(rows)], f"hub:{task.name}/{split}"
+        pairs, source = iter_jsonl(path), str(path.resolve())
+    else:
+        pairs, source = ((f"{task.name}[{i}]", obj) for i, obj in enumerate(hub_rows(task, split))), f"hub:{task.name}/{split}"
+    parsed = ((where, task.parse(obj, where)) for where, obj in pairs)
+    return [(where, r) for where, r in parsed if r is not None], source
 
 
 def load_records(task: MCTask, split: str | None = None, data_dir: str | None = None, data_file: str | None = None,

@@ -3,8 +3,10 @@
 A spec is a benchmark name (its train split, rendered by its task file in the paper's
 modified template: ``Question / Choices as a set / Answer``, SIQA with its instruction and
 context and no numbering), the word ``ultrafeedback`` (instruction -> chosen response, see
-:mod:`setllm.tasks.ultrafeedback`), or a path to a JSONL file of
-``{"prompt": <set prompt>, "response": str}``; ``spec:N`` takes N examples of it.
+:mod:`setllm.tasks.ultrafeedback`), ``ultrafeedback-judge`` (the same pairs as judge examples:
+both responses as a set, the chosen one as the response, see :mod:`setllm.tasks.judge`), or a
+path to a JSONL file of ``{"prompt": <set prompt>, "response": str}`` or of judge rows
+``{"instruction", "candidates", "label"}``; ``spec:N`` takes N examples of it.
 
 Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or, with
 ``skip_bad``, are counted and reported; never dropped silently.
@@ -19,9 +21,10 @@ from pathlib import Path
 
 from ..data import DataError, iter_jsonl, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
-from ..tasks import TASKS, get_task, hub_rows, ultrafeedback
+from ..tasks import TASKS, get_task, hub_rows, judge, ultrafeedback
 
 ULTRAFEEDBACK = ultrafeedback.NAME
+ULTRAFEEDBACK_JUDGE = "ultrafeedback-judge"  # the same pairs as judge examples (chosen vs rejected)
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,28 @@ def ultrafeedback_example(obj: object, where: str) -> Example:
     return Example(*ultrafeedback.instruction_pair(obj, where), where)
 
 
-def prompt_response_example(obj: object, where: str) -> Example:
-    """A user record ``{"prompt": <set prompt>, "response": str}``."""
+def judge_example(obj: object, where: str) -> Example | None:
+    """A judge row ``{"instruction", "input"?, "candidates", "label"}`` as the judge reads it
+    (:mod:`setllm.tasks.judge`), the better candidate as the response; a tie is skipped."""
+    record = judge.parse_row(obj, where)
+    if record is None:
+        return None
+    rendered = judge.JUDGE.render(record, tuple(range(len(record.choices))))
+    return Example(rendered.prompt, rendered.options[record.label], where)
+
+
+def judge_pair_example(obj: object, where: str) -> Example | None:
+    """An UltraFeedback pair as a judge example: both responses in a seeded random order (so a
+    causal judge cannot learn "the first one"), ties dropped."""
+    row = judge.pair_row(obj, where)
+    return None if row is None else judge_example(row, where)
+
+
+def prompt_response_example(obj: object, where: str) -> Example | None:
+    """A user record ``{"prompt": <set prompt>, "response": str}``, or a judge row
+    ``{"instruction", "candidates", "label"}``."""
+    if isinstance(obj, dict) and "candidates" in obj:
+        return judge_example(obj, where)
     if not isinstance(obj, dict) or set(obj) - {"prompt", "response", "id"} or not {"prompt", "response"} <= set(obj):
         keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         raise DataError(f"{where}: expected {{\"prompt\": ..., \"response\": str}}, got {keys}")
@@ -82,7 +105,9 @@ def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad:
         try:
             if isinstance(obj, DataError):
                 raise obj
-            out.append(parse(obj, where))
+            example = parse(obj, where)
+            if example is not None:  # None: a row with nothing to learn (a tied judge pair)
+                out.append(example)
         except DataError as e:
             if not skip_bad:
                 raise
@@ -96,9 +121,11 @@ def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable
         return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), partial(mc_example, task=spec)
     if spec == ULTRAFEEDBACK:
         return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), ultrafeedback_example
+    if spec == ULTRAFEEDBACK_JUDGE:
+        return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), judge_pair_example
     if spec.endswith(".jsonl") or Path(spec).is_file():
         return Path(spec), prompt_response_example
-    raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(TASKS)}), {ULTRAFEEDBACK}, or a path to a .jsonl file")
+    raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(TASKS)}), {ULTRAFEEDBACK}, {ULTRAFEEDBACK_JUDGE}, or a path to a .jsonl file")
 
 
 def split_count(spec: str) -> tuple[str, int | None]:
@@ -132,11 +159,16 @@ def load_examples(specs: list[str], data_dir: str | None = None, limit: int | No
 
 def _from_hub(spec: str, parse, skip_bad: bool, skipped: list[str]) -> list[Example]:
     """Where the hub is reachable: the same records through ``datasets``."""
-    rows = ultrafeedback.hub_rows() if spec == ULTRAFEEDBACK else hub_rows(TASKS[spec], "train")
+    if spec == ULTRAFEEDBACK:
+        rows = ultrafeedback.hub_rows()
+    else:
+        rows = hub_rows(judge.PAIRS if spec == ULTRAFEEDBACK_JUDGE else TASKS[spec], "train")
     out = []
     for i, obj in enumerate(rows):
         try:
-            out.append(parse(obj, f"{spec}[{i}]"))
+            example = parse(obj, f"{spec}[{i}]")
+            if example is not None:
+                out.append(example)
         except DataError as e:
             if not skip_bad:
                 raise

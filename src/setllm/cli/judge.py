@@ -1,0 +1,95 @@
+"""``setllm judge``: which candidate response is best, read as a set (order-invariant).
+
+One question: ``setllm judge "instruction" --candidates "first" "second" [--json]``.
+Many: ``setllm judge --input rows.jsonl --output verdicts.jsonl`` (rows
+``{"id"?, "instruction", "input"?, "candidates": [...]}``; verdicts
+``{"id", "best", "ranking", "scores"}`` in input order, indices into the row's candidates;
+a rerun with the same ``--output`` skips the rows already judged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import InputError
+from .common import ModelOptions, add_command, load_setllm
+
+
+def add_parser(sub, name: str = "judge"):
+    p = add_command(sub, "judge", [ModelOptions], help="judge candidate responses as a set: no order or label bias",
+                    description=__doc__.split("\n\n")[1].replace("\n", " "))
+    p.add_argument("instruction", nargs="?", help="the instruction the candidates respond to")
+    p.add_argument("--candidates", nargs="+", metavar="TEXT", help="the candidate responses (at least two)")
+    p.add_argument("--task-input", metavar="TEXT", help="the instruction's input, if any (shown under it)")
+    p.add_argument("--tie-margin", type=float, default=0.0, metavar="X", help="best two scores within X nats are a tie (default: 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--input", metavar="FILE", help="JSONL of rows to judge (see above); verdicts go to --output")
+    p.add_argument("--output", metavar="FILE", help="JSONL of verdicts, in input order; resumable")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
+    p.set_defaults(func=cmd_judge)
+    return p
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    if args.tie_margin < 0:
+        raise InputError(f"--tie-margin must be >= 0, got {args.tie_margin}")
+    if args.input or args.output:
+        return _judge_file(args)
+    if args.instruction is None or not args.candidates:
+        raise InputError("pass INSTRUCTION and --candidates, or --input FILE.jsonl --output FILE.jsonl")
+    from ..api import _candidates
+
+    candidates = _candidates(args.candidates)  # checked before the model loads
+    lm = load_setllm(args)
+    print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+    v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin)
+    best = None if v.best is None else candidates[v.best]
+    if args.json:
+        print(json.dumps({"best": best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
+    else:
+        for i in v.ranking:
+            print(f"{'*' if i == v.best else ' '} {v.scores[i]:10.4f}  {candidates[i]}")
+        print(f"best: {best if best is not None else '(tie)'}")
+    return 0
+
+
+def _judge_file(args: argparse.Namespace) -> int:
+    from .. import jsonl_job
+
+    if not (args.input and args.output) or args.instruction or args.candidates:
+        raise InputError("--input FILE.jsonl and --output FILE.jsonl go together, without INSTRUCTION or --candidates")
+    rows = jsonl_job.read_rows(args.input, _judge_row)  # every row checked before the model loads
+    jsonl_job.check_output(args.output)
+    lm = load_setllm(args, progress=False)
+    _check_fit(lm, rows)
+
+    def answer(batch):
+        verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin)
+        return [{"id": r["id"], "best": v.best, "ranking": v.ranking, "scores": v.scores} for r, v in zip(batch, verdicts)]
+
+    n = jsonl_job.run(rows, args.output, answer, lm.batch_size, args.progress)
+    print(f"{n} judged, {len(rows) - n} already in {args.output}", file=sys.stderr)
+    return 0
+
+
+def _judge_row(obj: object, where: str) -> dict:
+    from ..tasks.judge import parse_row
+
+    # Judging needs no label (a row's label, if any, is for `setllm eval --dataset judge`).
+    record = parse_row({**obj, "label": None} if isinstance(obj, dict) else obj, where, require_label=False)
+    return {"instruction": record.question, "candidates": [c.strip() for c in record.choices], "input": record.context, "where": where}
+
+
+def _check_fit(lm, rows: list[dict]) -> None:
+    """A row that does not fit the model's context is an error naming it, never a silent cut."""
+    from ..data import DataError
+    from ..prompt import PromptError
+    from ..tasks.judge import judge_prompt
+
+    for r in rows:
+        try:
+            lm.encode(judge_prompt(r["instruction"], r["candidates"], r["input"]))
+        except PromptError as e:
+            raise DataError(f"{r['where']}: {e}; shorten its candidates") from None
