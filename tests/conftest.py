@@ -29,3 +29,14 @@ def one_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny llama and its tokenizer saved as a model directory (for ``--model DIR``)."""
+    from tiny import tiny_model, tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)

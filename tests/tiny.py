@@ -113,3 +113,23 @@ def same_weights(model, attn: str):
     other = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=torch.float32)
     other.load_state_dict(model.state_dict())
     return other.eval()
+
+
+def sharp_model(arch: str = "llama"):
+    """A tiny model with weights x10: attention sharp enough that option order changes
+    answers (an order-sensitive variant must show it)."""
+    model = tiny_model(arch, max_position_embeddings=1024)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.mul_(10)
+    return model
+
+
+def run_cli(capsys, *argv):
+    """``setllm ARGV`` in-process: (exit code, stdout, stderr)."""
+    from setllm.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from tiny import tiny_model, tiny_tokenizer
+from tiny import run_cli, tiny_model, tiny_tokenizer
 
 from setllm import (
     PromptError,
@@ -14,22 +14,9 @@ from setllm import (
     load_model,
     mc_prompt,
 )
-from setllm.cli import main
+
+cli = run_cli
 from setllm.loading import ModelLoadError
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return str(path)
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_choose_json_contract(model_dir, capsys):

@@ -3,23 +3,9 @@
 import json
 
 import pytest
-from tiny import tiny_model, tiny_tokenizer
+from tiny import run_cli, tiny_model, tiny_tokenizer
 
-from setllm.cli import main
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-judge")
-    tiny_model("llama", max_position_embeddings=1024).save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return str(path)
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+cli = run_cli
 
 
 def test_one_question_json_names_the_best_text_in_any_order(model_dir, capsys):

@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from tiny import tiny_model, tiny_tokenizer
+from tiny import sharp_model, tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, rundir
 from setllm.evaluation import EvalConfig, run_eval, runner, store
@@ -24,13 +23,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def sharp():
-    """A tiny llama with weights x10: attention sharp enough that option order changes answers."""
-    model = tiny_model("llama", max_position_embeddings=1024)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name:
-                p.mul_(10)
-    return model
+    return sharp_model()
 
 
 def evaluate(model, tok, variant, out, batch_size=8, **kw):

@@ -5,8 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from tiny import tiny_model, tiny_tokenizer
+from tiny import sharp_model, tiny_tokenizer
 
 from setllm import SetLLM
 from setllm.data import DataError
@@ -19,13 +18,7 @@ CANDIDATES = ["Paris is the capital.", "I think it is Rome.", "Lyon, probably.",
 
 @pytest.fixture(scope="module")
 def sharp():
-    """Weights x10: attention sharp enough that a causal judge's order matters."""
-    model = tiny_model("llama", max_position_embeddings=1024)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name:
-                p.mul_(10)
-    return model
+    return sharp_model()
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])

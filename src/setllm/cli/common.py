@@ -192,3 +192,21 @@ def load_setllm(args: argparse.Namespace, progress: bool = True):
         exact=opts.exact, batch_size=opts.batch_size, progress=progress, allow_untested=opts.allow_untested,
         **({"chat": True} if opts.chat else {}), **({"eos": opts.eos} if opts.eos is not None else {}),
     )
+
+
+def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str) -> int:
+    """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
+    row checked and the output checked writable before the model loads; then batched,
+    resumable, in input order (:mod:`setllm.jsonl_job`). ``make_answer(lm, rows)`` returns
+    the batch function (and may check the rows against the loaded model first)."""
+    from .. import jsonl_job
+
+    if not (args.input and args.output) or any(getattr(args, name) for name in single):
+        flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
+        raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
+    rows = jsonl_job.read_rows(args.input, parse_row)
+    jsonl_job.check_output(args.output)
+    lm = load_setllm(args, progress=False)
+    n = jsonl_job.run(rows, args.output, make_answer(lm, rows), lm.batch_size, args.progress)
+    print(f"{n} {verb}, {len(rows) - n} already in {args.output}", file=sys.stderr)
+    return 0

@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from .common import ModelOptions, add_command, config_from_args, load_setllm
+from .common import (
+    ModelOptions,
+    add_command,
+    config_from_args,
+    load_setllm,
+    run_file_job,
+)
 
 DEMO_QUESTION = "Which city is the capital of France?"
 DEMO_OPTIONS = ["Budapest", "Paris", "Zurich", "Rome"]
@@ -85,25 +91,18 @@ def cmd_choose(args: argparse.Namespace) -> int:
 
 
 def _choose_file(args: argparse.Namespace) -> int:
-    from .. import jsonl_job
+    def make_answer(lm, rows):
+        def answer(batch):
+            from ..api import pick
+            from ..templates import mc_prompt
 
-    if not (args.input and args.output) or args.question or args.options:
-        raise InputError("--input FILE.jsonl and --output FILE.jsonl go together, without QUESTION or --options")
-    rows = jsonl_job.read_rows(args.input, _choose_row)  # every row checked before the model loads
-    jsonl_job.check_output(args.output)
-    lm = load_setllm(args, progress=False)
+            scores = lm.score([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
+            picks = [pick(s, args.normalize) for s in scores]
+            return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
 
-    def answer(batch):
-        from ..api import pick
-        from ..templates import mc_prompt
+        return answer
 
-        scores = lm.score([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
-        picks = [pick(s, args.normalize) for s in scores]
-        return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
-
-    n = jsonl_job.run(rows, args.output, answer, lm.batch_size, args.progress)
-    print(f"{n} answered, {len(rows) - n} already in {args.output}", file=sys.stderr)
-    return 0
+    return run_file_job(args, _choose_row, make_answer, ("question", "options"), "answered")
 
 
 def _choose_row(obj: object, where: str) -> dict:

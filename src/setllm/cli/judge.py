@@ -14,7 +14,7 @@ import json
 import sys
 
 from ..errors import InputError
-from .common import ModelOptions, add_command, load_setllm
+from .common import ModelOptions, add_command, load_setllm, run_file_job
 
 
 def add_parser(sub, name: str = "judge"):
@@ -56,22 +56,16 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 
 def _judge_file(args: argparse.Namespace) -> int:
-    from .. import jsonl_job
+    def make_answer(lm, rows):
+        _check_fit(lm, rows)
 
-    if not (args.input and args.output) or args.instruction or args.candidates:
-        raise InputError("--input FILE.jsonl and --output FILE.jsonl go together, without INSTRUCTION or --candidates")
-    rows = jsonl_job.read_rows(args.input, _judge_row)  # every row checked before the model loads
-    jsonl_job.check_output(args.output)
-    lm = load_setllm(args, progress=False)
-    _check_fit(lm, rows)
+        def answer(batch):
+            verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin)
+            return [{"id": r["id"], "best": v.best, "ranking": v.ranking, "scores": v.scores} for r, v in zip(batch, verdicts)]
 
-    def answer(batch):
-        verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin)
-        return [{"id": r["id"], "best": v.best, "ranking": v.ranking, "scores": v.scores} for r, v in zip(batch, verdicts)]
+        return answer
 
-    n = jsonl_job.run(rows, args.output, answer, lm.batch_size, args.progress)
-    print(f"{n} judged, {len(rows) - n} already in {args.output}", file=sys.stderr)
-    return 0
+    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged")
 
 
 def _judge_row(obj: object, where: str) -> dict:
