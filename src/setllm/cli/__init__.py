@@ -20,6 +20,7 @@ COMMANDS = {
     "choose": ("setllm.cli.infer", "answer a multiple-choice question, options as a set"),
     "generate": ("setllm.cli.infer", "generate a response to a set prompt"),
     "judge": ("setllm.cli.judge", "judge candidate responses as a set: no order or label bias"),
+    "serve": ("setllm.cli.serve", "serve the model over HTTP: choose, score, generate, OpenAI-style completions"),
     "demo": ("setllm.cli.infer", "show the base model's order sensitivity next to Set-LLM's invariance"),
     "train": ("setllm.cli.train", "train a Set-LLM adapter (LoRA) or model on set prompts"),
     "eval": ("setllm.cli.evaluate", "evaluate a model on a multiple-choice benchmark under option orderings"),

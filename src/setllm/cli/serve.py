@@ -1,0 +1,68 @@
+"""``setllm serve``: the model behind HTTP, loaded once (see docs/serving.md).
+
+FastAPI and uvicorn are an extra (``pip install 'setllm[serve]'``), imported only when the
+command runs. Until ``serve`` is listed in :data:`setllm.cli.COMMANDS`, run it as
+``python -m setllm.cli.serve [flags]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+from ..errors import InputError
+from ..serve.config import ServeConfig
+from .common import (
+    ModelOptions,
+    Parser,
+    add_command,
+    config_from_args,
+    load_setllm,
+    run_guarded,
+    validate,
+)
+
+HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
+
+
+def add_parser(sub, name: str = "serve"):
+    p = add_command(sub, name, [ServeConfig, ModelOptions], help=HELP,
+                    description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
+                                "/v1/choose, /v1/score, /v1/generate, /v1/completions (OpenAI-compatible), /health, /metrics. "
+                                "Concurrent requests are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")
+    p.set_defaults(func=cmd_serve)
+    return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = config_from_args(ServeConfig, args)
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install 'setllm[serve]'")
+    from ..serve.app import create_app
+    from ..serve.server import open_socket, serve
+
+    sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
+    lm = load_setllm(args, progress=False)
+    serve(create_app(lm, config), config, sock)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``setllm serve`` on its own (the same flags), for ``python -m setllm.cli.serve``."""
+    parser = Parser(prog="setllm")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser(sub, "serve")
+    argv = ["serve", *(sys.argv[1:] if argv is None else argv)]
+
+    def run(_):
+        args = parser.parse_args(argv)
+        validate(args)
+        return args.func(args)
+
+    return run_guarded(run, None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""``create_app(lm, config)``: the FastAPI application, usable without a network (tests use
+``TestClient``). Owns the error shape: every failure is ``{"error": "<one line>"}``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import SetLLMError
+from .config import ServeConfig
+from .errors import (
+    ApiError,
+    BadRequest,
+    Internal,
+    ShuttingDown,
+    TooLong,
+    Unprocessable,
+    as_api_error,
+    one_line,
+)
+from .routes import router
+from .service import Service
+
+MAX_BODY_BYTES = 1 << 20  # a request body past 1 MiB is refused before it is read
+ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
+KNOWN_PATHS = frozenset(r.path for r in router.routes)
+log = logging.getLogger("setllm.serve")
+
+
+def create_app(lm, config: ServeConfig | None = None) -> FastAPI:
+    """The server for ``lm`` (a :class:`setllm.SetLLM`). The model thread starts and stops
+    with the app's lifespan (``with TestClient(app):``, or uvicorn)."""
+    from .. import __version__
+
+    service = Service(lm, config or ServeConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="setllm serve", version=__version__, lifespan=lifespan,
+                  description="An order-invariant model behind HTTP: options and set elements are read as sets.")
+    app.state.service = service
+    app.include_router(router)
+    _install_error_handlers(app)
+    app.middleware("http")(_track)
+    return app
+
+
+async def _track(request: Request, call_next):
+    """Turn requests away while draining or when the body is too big; count the rest and
+    time them (``/metrics``)."""
+    service: Service = request.app.state.service
+    start, status = time.perf_counter(), 500
+    service.in_flight += 1
+    try:
+        refusal = _refusal(request, service)
+        response = error_response(refusal) if refusal else await call_next(request)
+        status = response.status_code
+        return response
+    finally:
+        service.in_flight -= 1
+        service.metrics.observe_request(_endpoint(request), status, time.perf_counter() - start)
+
+
+def _endpoint(request: Request) -> str:
+    """The route's path as a metrics label (any other path is "other": labels stay few)."""
+    route = request.scope.get("route")
+    if route is not None:
+        return route.path
+    return request.url.path if request.url.path in KNOWN_PATHS else "other"
+
+
+def _refusal(request: Request, service: Service) -> ApiError | None:
+    if service.draining and request.url.path not in ALWAYS_OPEN:
+        return ShuttingDown("server is shutting down")
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            return BadRequest("Content-Length is not a number")
+        if int(length) > MAX_BODY_BYTES:
+            return TooLong(f"request body is {int(length)} bytes; at most {MAX_BODY_BYTES}")
+    return None
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
+
+
+def validation_error(errors: list[dict]) -> ApiError:
+    """pydantic's error list as one line: malformed JSON is a 400, a schema violation 422."""
+    if not errors:
+        return Unprocessable("invalid request body")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return BadRequest(f"malformed JSON body: {first.get('ctx', {}).get('error', first.get('msg', ''))}")
+    path = ""
+    for part in first.get("loc", ()):
+        if part != "body":
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return Unprocessable(f"{path.lstrip('.') or 'body'}: {msg}{more}")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    async def on_setllm_error(request: Request, exc: SetLLMError) -> JSONResponse:
+        return error_response(as_api_error(exc))
+
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(list(exc.errors())))
+
+    async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": one_line(str(exc.detail))}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(Internal(f"internal error ({type(exc).__name__})"))
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(SetLLMError, on_setllm_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(Exception, on_bug)

@@ -1,0 +1,68 @@
+"""``ServeConfig``: every knob of ``setllm serve``, one ``--flag`` each (see
+:func:`setllm.cli.common.add_command`), checked once so a bad value fails before the model
+loads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServeConfig:
+    """How ``setllm serve`` listens, batches and bounds work.
+
+    Attributes:
+        host, port: where to listen; loopback by default, so nothing outside this machine
+            can reach an unauthenticated model server unless asked to.
+        max_batch_size: most requests scored in one forward pass.
+        max_queue: most requests waiting for the model; one more gets 503 + Retry-After.
+        max_prompt_tokens: longest prompt accepted (None: the model's context).
+        timeout_s: a request not answered by then gets 504.
+        batch_window_ms: how long the first request of a batch waits for company.
+        max_options: most options in one choose/score request.
+        max_generate_tokens: most tokens one generate/completions request may ask for.
+        batch_check: at start-up, score a probe alone and in batches and turn batching
+            off if this machine gives other low bits in a batch (see docs/serving.md).
+    """
+
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on; 0.0.0.0 exposes the server to the network", "metavar": "ADDR"})
+    port: int = field(default=8000, metadata={"help": "TCP port (0: any free port; the one chosen is printed)", "metavar": "PORT"})
+    max_batch_size: int = field(default=8, metadata={"help": "most requests per forward pass (1 = no batching)", "metavar": "N"})
+    max_queue: int = field(default=64, metadata={"help": "most requests waiting; more get 503 with Retry-After", "metavar": "N"})
+    max_prompt_tokens: int | None = field(default=None, metadata={"help": "longest prompt in tokens (default: the model's context)", "metavar": "N"})
+    timeout_s: float = field(default=60.0, metadata={"help": "seconds before a request gets 504", "metavar": "S"})
+    batch_window_ms: float = field(default=5.0, metadata={"help": "how long a batch waits for more requests", "metavar": "MS"})
+    max_options: int = field(default=64, metadata={"help": "most options in one choose/score request", "metavar": "N"})
+    max_generate_tokens: int = field(default=512, metadata={"help": "most new tokens one generate/completions request may ask for", "metavar": "N"})
+    batch_check: bool = field(default=True, metadata={"help": "check at start-up that batching gives bit-identical scores here (--no-batch-check: trust it)"})
+
+    def __post_init__(self) -> None:
+        _at_least("--port", self.port, 0)
+        if self.port > 65535:
+            raise InputError(f"--port must be at most 65535, got {self.port}")
+        _at_least("--max-batch-size", self.max_batch_size, 1)
+        _at_least("--max-queue", self.max_queue, 1)
+        if self.max_prompt_tokens is not None:
+            _at_least("--max-prompt-tokens", self.max_prompt_tokens, 1)
+        _at_least("--max-options", self.max_options, 2)
+        _at_least("--max-generate-tokens", self.max_generate_tokens, 1)
+        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise InputError(f"--timeout-s must be a positive number of seconds, got {self.timeout_s!r}")
+        if not (isinstance(self.batch_window_ms, (int, float)) and 0 <= self.batch_window_ms <= 1000):
+            raise InputError(f"--batch-window-ms must be between 0 and 1000, got {self.batch_window_ms!r}")
+        if not self.host:
+            raise InputError("--host must not be empty")
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS
+
+
+def _at_least(flag: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InputError(f"{flag} must be an integer >= {low}, got {value!r}")

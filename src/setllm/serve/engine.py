@@ -1,0 +1,289 @@
+"""The model side of the server: requests become token layouts, layouts run in groups
+whose results cannot depend on their neighbours, and generation runs one prompt at a time.
+
+Everything here runs on the one model thread (:mod:`.worker`): torch modules are not safe
+for concurrent forwards, and a fast tokenizer is not safe for concurrent use either.
+
+Why groups, and why ``MIN_ROWS``: a batch must never change a request's scores, not even
+in the last bit. Two things would. Padding: prompts of different lengths, or options of
+different longest length, change the attention reductions (measured: up to 4e-6 in a
+log-likelihood on a 576-wide model). So only requests with the same prompt length and the same longest
+option share a forward; permutations of one question always do. Row count: BLAS picks
+its kernel by the number of rows of a matrix product, and 1 row (gemv) or 2-3 rows give
+other low bits than 4 or more (measured with MKL for every shape of SmolLM2, 1 and 2
+threads; with >= 4 rows a row's result depends on nothing but the row). So the prompt's
+next-token logits are computed for its last ``MIN_ROWS`` tokens, and a request that would
+multiply fewer rows than that on its own never joins a group. ``batching_is_exact``
+checks the whole argument on the machine at start-up.
+
+Within a group, requests with the same encoded prompt share one prefill and equal options
+one row (a row's result depends only on the row): in exact mode every ordering of a
+question is the same computation, so a batch of orderings costs about one request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .. import generation, scoring
+from ..batch import collate
+from ..encoding import EncodedPrompt
+from ..errors import InputError
+from ..generation import GenerationConfig
+from ..prompt import SetPrompt
+from ..runtime import check_length, forward, new_cache
+from ..templates import mc_prompt
+from .errors import ApiError, BadRequest, TooLong, as_api_error
+
+MIN_ROWS = 4
+log = logging.getLogger("setllm.serve")
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Log-likelihood of each option as the response to ``prompt``."""
+
+    prompt: SetPrompt
+    options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GenerateJob:
+    prompt: SetPrompt
+    config: GenerationConfig
+
+
+@dataclass(frozen=True)
+class Scores:
+    logprobs: list[float]
+    n_tokens: list[int]
+    prompt_tokens: int
+
+    def option_scores(self, texts: Sequence[str]) -> list[scoring.OptionScore]:
+        return scoring.to_option_scores(texts, list(zip(self.logprobs, self.n_tokens)))
+
+
+@dataclass(frozen=True)
+class Generated:
+    text: str
+    n_tokens: int
+    prompt_tokens: int
+    finish_reason: str  # "stop" (EOS or a stop string) or "length" (max_new_tokens reached)
+
+
+class Item(Protocol):
+    """A job as the worker sees it: ``stop_reason()`` says whether to drop it (timed out,
+    server stopping) before or while it runs."""
+
+    job: ScoreJob | GenerateJob
+
+    def stop_reason(self) -> ApiError | None: ...
+
+
+@dataclass
+class _Prepared:
+    index: int
+    enc: EncodedPrompt
+    ids: list[list[int]] = field(default_factory=list)  # option token ids (scoring)
+    key: Any = None  # requests with equal keys may share a forward
+
+
+class _Stopped(Exception):
+    def __init__(self, reason: ApiError):
+        self.reason = reason
+
+
+class Engine:
+    """Runs jobs on a :class:`setllm.SetLLM` (on the calling thread, which must be the only
+    one touching it).
+
+    Args:
+        lm: the model.
+        max_prompt_tokens: longest prompt accepted (None: the model's context).
+        on_forward: called with the number of requests of each scoring forward (metrics).
+    """
+
+    def __init__(self, lm, max_prompt_tokens: int | None = None, on_forward: Callable[[int], None] | None = None):
+        self.lm = lm
+        self.max_prompt_tokens = max_prompt_tokens
+        self.on_forward = on_forward or (lambda n: None)
+        self._lone = itertools.count()  # unique keys for requests that never share a forward
+
+    # -- the worker's entry point -----------------------------------------------------------
+    def run(self, items: Sequence[Item]) -> list[Any]:
+        """One outcome per item, in order: a result, or the :class:`ApiError` it ends with.
+        Never raises: a bug in one request becomes that request's 500."""
+        outcomes: list[Any] = [None] * len(items)
+        ready: list[_Prepared] = []
+        for i, item in enumerate(items):
+            outcomes[i] = item.stop_reason()
+            if outcomes[i] is not None:
+                continue
+            try:
+                ready.append(self._prepare(i, item.job))
+            except Exception as e:  # noqa: BLE001 - any failure is this request's alone
+                outcomes[i] = self._failure(e, item)
+        for group in _groups(ready):
+            for prep, outcome in self._run_group(group, items):
+                outcomes[prep.index] = outcome
+        return outcomes
+
+    def _run_group(self, group: list[_Prepared], items: Sequence[Item]):
+        live = []
+        for prep in group:
+            reason = items[prep.index].stop_reason()
+            if reason is None:
+                live.append(prep)
+            else:
+                yield prep, reason
+        if not live:
+            return
+        job = items[live[0].index].job
+        try:
+            results = self._generate(live[0], job, items[live[0].index]) if isinstance(job, GenerateJob) else self._score(live)
+            yield from zip(live, results)
+        except Exception as e:  # noqa: BLE001 - a failed forward is answered, never raised
+            if len(live) == 1:
+                yield live[0], self._failure(e, items[live[0].index])
+                return
+            # Find the request at fault: each alone (alone gives the same bits as batched).
+            for prep in live:
+                yield from self._run_group([prep], items)
+
+    def _failure(self, exc: Exception, item: Item) -> ApiError:
+        err = as_api_error(exc)
+        if err.status >= 500:
+            log.error("request failed: %r", item.job, exc_info=exc)
+        return err
+
+    # -- preparing: everything that can be the request's own fault --------------------------
+    def _prepare(self, index: int, job: ScoreJob | GenerateJob, limit: bool = True) -> _Prepared:
+        enc = self._encode(job.prompt, self.max_prompt_tokens if limit else None)
+        if isinstance(job, GenerateJob):
+            self._check_fits(len(enc) + job.config.max_new_tokens, f"prompt ({len(enc)} tokens) + max_new_tokens ({job.config.max_new_tokens})")
+            return _Prepared(index, enc, key=self._lone_key())
+        ids = [self.lm.response_ids(job.prompt, o) for o in job.options]
+        empty = [i for i, x in enumerate(ids) if not x]
+        if empty:
+            raise BadRequest(f"options[{empty[0]}] tokenizes to nothing; options must be non-empty text")
+        longest = max(map(len, ids))
+        self._check_fits(len(enc) + longest, f"prompt ({len(enc)} tokens) + longest option ({longest})")
+        rows = len({tuple(x) for x in ids})  # equal options share a row (see _score)
+        shareable = len(enc) >= MIN_ROWS and (longest == 1 or rows * longest >= MIN_ROWS)
+        return _Prepared(index, enc, ids, ("score", len(enc), longest) if shareable else self._lone_key())
+
+    def _encode(self, prompt: SetPrompt, limit: int | None) -> EncodedPrompt:
+        codec = self.lm.codec
+        enc = codec.encoder.encode(codec.prepare(prompt))  # canonical in exact mode
+        if limit is not None and len(enc) > limit:
+            raise TooLong(f"prompt is {len(enc)} tokens; this server takes at most {limit} (--max-prompt-tokens)")
+        if codec.max_tokens is not None and len(enc) >= codec.max_tokens:
+            raise TooLong(f"prompt is {len(enc)} tokens, longer than the model's context ({codec.max_tokens} tokens)")
+        return enc
+
+    def _check_fits(self, n_tokens: int, what: str) -> None:
+        try:
+            check_length(self.lm.model.config, n_tokens)
+        except InputError as e:
+            raise TooLong(f"{what}: {e}") from None
+
+    def _lone_key(self) -> tuple:
+        return ("alone", next(self._lone))
+
+    # -- running ------------------------------------------------------------------------------
+    def _score(self, group: Sequence[_Prepared], record: bool = True) -> list[Scores]:
+        """Score a group in one forward. Requests with the same encoded prompt (in exact
+        mode: every ordering of one question) share its prefill, and equal options their
+        row: the same rows computed once give the same bits as computed twice."""
+        prompts: dict[tuple, int] = {}  # encoded prompt -> index among the unique ones
+        encs: list[EncodedPrompt] = []
+        rows: list[dict[tuple, int]] = []  # per unique prompt: option ids -> row
+        where = []  # per request, per option: (unique prompt, row)
+        for prep in group:
+            u = prompts.setdefault(_identity(prep.enc), len(encs))
+            if u == len(encs):
+                encs.append(prep.enc)
+                rows.append({})
+            where.append([(u, rows[u].setdefault(tuple(ids), len(rows[u]))) for ids in prep.ids])
+        sums = self._forward_scores(encs, [[list(ids) for ids in r] for r in rows])
+        if record:
+            self.on_forward(len(group))
+        return [Scores([sums[u][r][0] for u, r in w], [sums[u][r][1] for u, r in w], len(p.enc)) for p, w in zip(group, where)]
+
+    @torch.no_grad()
+    def _forward_scores(self, encs: Sequence[EncodedPrompt], options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
+        """(sum log-prob, n tokens) of ``options[i]`` after prompt ``i``: one prefill, one
+        forward over all option rows. The next-token logits come from the last
+        ``MIN_ROWS`` prompt tokens (see the module docstring)."""
+        lm = self.lm
+        batch = collate(list(encs), lm.variant.positions, lm.pad_id)
+        out = forward(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, cache=new_cache(), logits_to_keep=MIN_ROWS)
+        next_logprobs = out.logits[:, -1].float().log_softmax(-1)
+        return scoring.score_continuations(lm.model, lm.variant, batch, out.past_key_values, next_logprobs, options)
+
+    @torch.no_grad()
+    def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
+        lm, steps = self.lm, 0
+
+        def on_token():  # a timed-out or abandoned generation frees the model at once
+            nonlocal steps
+            steps += 1
+            reason = item.stop_reason()
+            if reason is not None:
+                raise _Stopped(reason)
+
+        batch = collate([prep.enc], lm.variant.positions, lm.pad_id)
+        self.on_forward(1)
+        try:
+            text = generation.generate(lm.model, lm.tokenizer, lm.variant, batch, job.config, on_token=on_token)[0]
+        except _Stopped as s:
+            return [s.reason]
+        finish = "length" if steps >= job.config.max_new_tokens else "stop"
+        return [Generated(text, steps, len(prep.enc), finish)]
+
+    # -- the start-up check -------------------------------------------------------------------
+    def batching_is_exact(self, max_batch_size: int) -> bool:
+        """Whether probe questions of one layout score bit-identically alone and in groups
+        of 2, 3 and ``max_batch_size`` on this machine (see the module docstring for why
+        they should)."""
+        if max_batch_size < 2:
+            return True
+        options = ["apple", "dog", "fox", "water"]
+        jobs = [ScoreJob(mc_prompt(f"Question {i}: which of these is a fruit?", options[i % 4:] + options[:i % 4]), tuple(options)) for i in range(10)]
+        by_key: dict[Any, list[_Prepared]] = {}
+        try:
+            for i, job in enumerate(jobs):  # questions of one layout, different tokens
+                prep = self._prepare(i, job, limit=False)
+                by_key.setdefault(prep.key, []).append(prep)
+        except (InputError, ApiError) as e:  # a model with a tiny context, say
+            log.warning("setllm serve: batching check skipped: the probe does not fit this model (%s)", e)
+            return True
+        preps = max(by_key.values(), key=len)
+        if preps[0].key[0] != "score":
+            return True  # the probe cannot share a forward here, so nothing to compare
+        alone = [self._forward_scores([p.enc], [p.ids])[0] for p in preps]
+        for size in sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1))):
+            picked = [preps[i % len(preps)] for i in range(size)]  # equal rows too: computed apart, they must agree
+            got = self._forward_scores([p.enc for p in picked], [p.ids for p in picked])
+            if any(g != alone[i % len(preps)] for i, g in enumerate(got)):
+                return False
+        return True
+
+
+def _identity(enc: EncodedPrompt) -> tuple:
+    """What makes two encoded prompts the same computation."""
+    return tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids)
+
+
+def _groups(ready: list[_Prepared]) -> list[list[_Prepared]]:
+    """Requests with equal keys, in order of their first arrival."""
+    groups: dict[Any, list[_Prepared]] = {}
+    for prep in ready:
+        groups.setdefault(prep.key, []).append(prep)
+    return list(groups.values())

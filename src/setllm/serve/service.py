@@ -1,0 +1,123 @@
+"""What the endpoints ask of the model, as coroutines: checked jobs in, results out.
+
+A new endpoint (a judge, say) is a schema in :mod:`.schemas` and a few lines in
+:mod:`.routes` calling :meth:`Service.score` or :meth:`Service.generate`; queueing,
+batching, limits and metrics come with them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ..api import check_choices
+from ..generation import GenerationConfig
+from ..markup import parse_markup
+from ..prompt import SetPrompt, as_prompt
+from ..templates import mc_prompt, options_of
+from .batcher import Batcher
+from .config import ServeConfig
+from .engine import Engine, Generated, GenerateJob, ScoreJob, Scores
+from .errors import BadRequest, Unprocessable
+from .metrics import Metrics
+
+log = logging.getLogger("setllm.serve")
+
+
+class Service:
+    """The model behind a queue: the one object the routes talk to."""
+
+    def __init__(self, lm, config: ServeConfig):
+        self.lm = lm
+        self.config = config
+        self.metrics = Metrics()
+        self.engine = Engine(lm, config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
+        self.batcher = Batcher(self.engine.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
+        self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
+        self.draining = False
+        self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
+
+    @property
+    def model_name(self) -> str:
+        return str(self.lm.origin.model or "setllm")
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.batcher.start()
+        check = self.config.batch_check and self.config.max_batch_size > 1
+        if check and not await self.batcher.call(self.engine.batching_is_exact, self.config.max_batch_size):
+            self.batcher.max_batch_size = 1
+            self.batching = "off: a batch changed low bits of a score on this machine (start-up check); every request runs alone"
+            log.warning("setllm serve: batching %s", self.batching)
+
+    async def stop(self) -> None:
+        await self.batcher.stop()
+
+    def start_draining(self) -> None:
+        """From now on new requests get 503; those already accepted finish."""
+        self.draining = True
+
+    def idle(self) -> bool:
+        return self.in_flight == 0 and self.batcher.idle()
+
+    # -- work -------------------------------------------------------------------------------
+    async def score(self, prompt: SetPrompt, options: Sequence[str]) -> Scores:
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options)))
+
+    async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
+        """The options as read (stripped), the index of the best, and all scores. Equal best
+        scores go to the option first in sorted order, not the caller's: the answer must
+        not depend on the order the options came in."""
+        options = self.choices(options)
+        scores = await self.score(mc_prompt(question, options, context), options)
+        best = min(range(len(options)), key=lambda i: (-scores.logprobs[i], options[i]))
+        return options, best, scores
+
+    async def generate(self, prompt: SetPrompt, config: GenerationConfig, field: str = "max_new_tokens") -> Generated:
+        """``field``: what the request calls ``max_new_tokens``, for the error message."""
+        if config.max_new_tokens > self.config.max_generate_tokens:
+            raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
+                                f"got {config.max_new_tokens}")
+        return await self.batcher.submit(GenerateJob(prompt, config))
+
+    # -- input ------------------------------------------------------------------------------
+    def choices(self, options: Sequence[str]) -> list[str]:
+        """A question's options: at least two, distinct, non-empty (setllm's rules)."""
+        self._check_count(options)
+        return check_choices(list(options))
+
+    def score_options(self, prompt: SetPrompt, options: Sequence[str] | None) -> list[str]:
+        """Options to score as given, or by default the elements of the prompt's set."""
+        options = options_of(prompt) if options is None else list(options)
+        self._check_count(options)
+        blank = [i for i, o in enumerate(options) if not o.strip()]
+        if blank:
+            raise BadRequest(f"options[{blank[0]}] must be non-empty text, got {options[blank[0]]!r}")
+        return options
+
+    def _check_count(self, options: Sequence[str]) -> None:
+        if len(options) > self.config.max_options:
+            raise Unprocessable(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
+
+    # -- reporting --------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        o = self.lm.origin
+        return {"status": "draining" if self.draining else "ok", "model": self.model_name, "adapter": o.adapter,
+                "variant": self.lm.variant.name, "exact": self.lm.exact, "max_batch_size": self.batcher.max_batch_size,
+                "batching": self.batching, "queued": self.batcher.queued, "in_flight": self.in_flight}
+
+    def gauges(self) -> dict[str, tuple[str, Any]]:
+        b = self.batcher
+        return {
+            "setllm_queue_depth": ("Requests waiting for the model.", lambda: b.queued),
+            "setllm_batch_running": ("Requests in the batch on the model now.", lambda: b.running),
+            "setllm_requests_in_flight": ("HTTP requests being answered (this one included).", lambda: self.in_flight),
+            "setllm_max_batch_size": ("Most requests per forward pass (1: batching off).", lambda: b.max_batch_size),
+            "setllm_draining": ("1 while the server shuts down.", lambda: int(self.draining)),
+        }
+
+
+def parse_prompt(value: str | list) -> SetPrompt:
+    """A prompt from a request: markup text, or the JSON list form."""
+    return parse_markup(value) if isinstance(value, str) else as_prompt(value)

@@ -1,0 +1,187 @@
+"""setllm serve under bad input and pressure: every failure is a status code and one line
+``{"error": ...}``; full queues, timeouts and bugs fail one request, never the server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from serve_helpers import concurrently, serving, slow_forwards
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import SetLLM
+from setllm.errors import InputError
+from setllm.serve import ServeConfig, create_app
+
+CHOOSE = {"question": "Which city?", "options": ["Paris", "Rome"]}
+
+
+@pytest.fixture
+def fresh_lm():
+    """A model of the test's own, to slow down or break."""
+    return SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
+
+
+BAD = [
+    # (path, body, status, error starts with)
+    ("/v1/choose", {"options": ["a", "b"]}, 422, "question: Field required"),
+    ("/v1/choose", {"question": "q", "options": "ab"}, 422, "options: Input should be a valid list"),
+    ("/v1/choose", {"question": "q", "options": []}, 422, "options: List should have at least 2 items"),
+    ("/v1/choose", {"question": "q", "options": ["a"]}, 422, "options: List should have at least 2 items"),
+    ("/v1/choose", {"question": "q", "options": ["a", 3]}, 422, "options[1]: Input should be a valid string"),
+    ("/v1/choose", {"question": "q", "options": [f"o{i}" for i in range(65)]}, 422, "options: at most 64 per request (--max-options), got 65"),
+    ("/v1/choose", {"question": "q", "options": ["a", "b"], "option": "c"}, 422, "option: Extra inputs are not permitted"),
+    ("/v1/choose", {"question": "q", "options": ["a", "b", "a"]}, 400, "options: duplicate option 'a'"),
+    ("/v1/choose", {"question": "q", "options": ["a", " "]}, 400, "options[1] must be non-empty text"),
+    ("/v1/score", {"prompt": "a {{x||", "options": ["x"]}, 400, "markup offset 2: set opened with '{{' is never closed"),
+    ("/v1/score", {"prompt": "Q: {{a||b}}", "options": ["a"]}, 400, "the prompt ends with a set"),
+    ("/v1/score", {"prompt": ["Q", {"set": []}, "A:"], "options": ["a"]}, 400, "prompt[1]: empty set"),
+    ("/v1/score", {"prompt": ["Q", {"sets": ["a"]}, "A:"], "options": ["a"]}, 400, "prompt[1]: a set is written"),
+    ("/v1/score", {"prompt": 5, "options": ["a"]}, 422, "prompt: must be a set prompt"),
+    ("/v1/score", {"prompt": "Q {{a||b}} A:", "options": []}, 422, "options: List should have at least 1 item"),
+    ("/v1/score", {"prompt": "Q {{a||b}} A:", "options": ["a", ""]}, 400, "options[1] must be non-empty text"),
+    ("/v1/score", {"prompt": "Q: {{a||b}} and {{c||d}} A:"}, 400, "options default to the elements of the prompt's set, but it has 2 sets"),
+    ("/v1/generate", {"prompt": "x", "max_new_tokens": 0}, 422, "max_new_tokens: Input should be greater than or equal to 1"),
+    ("/v1/generate", {"prompt": "x", "max_new_tokens": 513}, 422, "max_new_tokens: at most 512 on this server (--max-generate-tokens)"),
+    ("/v1/generate", {"prompt": "x", "top_p": 0}, 422, "top_p: Input should be greater than 0"),
+    ("/v1/generate", {"prompt": "x", "max_new_tokens": "3"}, 422, "max_new_tokens: Input should be a valid integer"),
+    ("/v1/generate", {"prompt": "x", "seed": 2**64}, 422, "seed: Input should be less than or equal to"),
+    ("/v1/generate", {"prompt": "x", "stop": "\n"}, 422, "stop: Input should be a valid list"),
+    ("/v1/completions", {"prompt": "x", "stream": True}, 400, "stream: streaming is not supported"),
+    ("/v1/completions", {"prompt": "x", "n": 2}, 400, "n: only n=1 is supported"),
+    ("/v1/completions", {"prompt": ["x", "y"]}, 400, "prompt: one prompt per request, got a list of 2"),
+    ("/v1/completions", {"prompt": [1, 2]}, 422, "prompt: must be a string"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 1000}, 422, "max_tokens: at most 512"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 3}, 400, "logprobs: logprobs are not supported"),
+]
+
+
+@pytest.mark.parametrize("path, body, status, error", BAD, ids=[f"{p}-{e[:30]}" for p, _, _, e in BAD])
+def test_bad_input_gets_its_status_and_one_line(lm, path, body, status, error, client_for_bad):
+    r = client_for_bad.post(path, json=body)
+    assert r.status_code == status, r.text
+    assert set(r.json()) == {"error"} and "\n" not in r.json()["error"]
+    assert r.json()["error"].startswith(error), r.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def client_for_bad(lm):
+    with serving(lm) as client:
+        yield client
+
+
+def test_malformed_json_and_wrong_routes(client_for_bad):
+    for content, expected in ((b"{not json", "malformed JSON body: "), (b"[1, 2]", "body: Input should be a valid dictionary")):
+        r = client_for_bad.post("/v1/choose", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == (400 if b"not" in content else 422) and r.json()["error"].startswith(expected), r.text
+    assert client_for_bad.get("/v1/nothing").json() == {"error": "Not Found"}
+    r = client_for_bad.get("/v1/choose")
+    assert r.status_code == 405 and r.json() == {"error": "Method Not Allowed"}
+    r = client_for_bad.post("/v1/choose", content=b"x" * ((1 << 20) + 1), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"].startswith("request body is")
+
+
+def test_prompts_too_long_get_413(lm):
+    long_question = "apple banana cherry " * 40 + "?"  # > 256 tokens, the tiny model's context
+    with serving(lm, max_prompt_tokens=20) as client:
+        r = client.post("/v1/choose", json={"question": "Which city is the capital of France?", "options": ["Paris", "Rome"]})
+        assert r.status_code == 413 and r.json()["error"].startswith("prompt is ") and "at most 20 (--max-prompt-tokens)" in r.json()["error"]
+    with serving(lm) as client:
+        r = client.post("/v1/choose", json={"question": long_question, "options": ["Paris", "Rome"]})
+        assert r.status_code == 413 and "longer than the model's context (256 tokens)" in r.json()["error"]
+        r = client.post("/v1/generate", json={"prompt": "apple " * 60 + "end", "max_new_tokens": 200})
+        assert r.status_code == 413 and r.json()["error"].startswith("prompt (") and "max_new_tokens (200)" in r.json()["error"]
+        assert client.post("/v1/choose", json=CHOOSE).status_code == 200  # and the server goes on
+
+
+def test_a_full_queue_gets_503_with_retry_after(fresh_lm):
+    app = create_app(fresh_lm, ServeConfig(max_queue=1, max_batch_size=1, batch_window_ms=0))
+    with slow_forwards(fresh_lm, 0.2):
+        responses = concurrently(app, [("/v1/choose", CHOOSE)] * 4)
+    codes = sorted(r.status_code for r in responses)
+    assert 200 in codes and 503 in codes and set(codes) <= {200, 503}
+    for r in responses:
+        if r.status_code == 503:
+            assert r.headers["retry-after"] == "1" and r.json()["error"].startswith("queue is full")
+
+
+def test_a_slow_request_gets_504_and_frees_the_model(fresh_lm):
+    with serving(fresh_lm, timeout_s=0.3) as client:
+        with slow_forwards(fresh_lm, 0.05):
+            start = time.monotonic()
+            r = client.post("/v1/generate", json={"prompt": "Say:", "max_new_tokens": 200})  # ~10 s if it ran on
+            assert r.status_code == 504 and r.json() == {"error": "request took longer than 0.3 s (--timeout-s)"}
+            assert client.post("/v1/choose", json=CHOOSE).status_code == 200  # the generation stopped
+            assert time.monotonic() - start < 3
+        with slow_forwards(fresh_lm, 0.5):
+            assert client.post("/v1/choose", json=CHOOSE).status_code == 504
+
+
+def test_a_bug_fails_only_its_request(lm, monkeypatch):
+    from setllm.serve.engine import Engine
+
+    score = Engine._score
+
+    def buggy(self, group, record=True):  # a bug that strikes any forward holding a 3-option request
+        if any(len(p.ids) == 3 for p in group):
+            raise RuntimeError("boom")
+        return score(self, group, record)
+
+    prompt = "Pick:\\n{{apple\\n||dog\\n||fox\\n}}Answer:"
+    good = [("/v1/score", {"prompt": prompt, "options": ["apple", "dog"]}), ("/v1/score", {"prompt": prompt, "options": ["dog", "fox"]})]
+    bad = ("/v1/score", {"prompt": prompt, "options": ["apple", "dog", "fox"]})
+    with serving(lm) as client:
+        expected = [client.post(p, json=b).json() for p, b in good]
+    monkeypatch.setattr(Engine, "_score", buggy)
+    app = create_app(lm, ServeConfig(batch_window_ms=100, batch_check=False))
+    responses = concurrently(app, [good[0], bad, good[1]])
+    assert [r.status_code for r in responses] == [200, 500, 200]
+    assert [responses[0].json(), responses[2].json()] == expected  # the batch mates, unharmed
+    assert responses[1].json() == {"error": "internal error (RuntimeError); the request was not answered, the server goes on"}
+
+
+def test_draining_turns_new_requests_away(lm):
+    with serving(lm) as client:
+        client.app.state.service.start_draining()
+        r = client.post("/v1/choose", json=CHOOSE)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json() == {"error": "server is shutting down"}
+        health = client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "draining"
+        assert client.get("/metrics").status_code == 200
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"max_batch_size": 0}, "--max-batch-size must be an integer >= 1, got 0"),
+    ({"max_queue": -1}, "--max-queue must be an integer >= 1, got -1"),
+    ({"timeout_s": 0}, "--timeout-s must be a positive number of seconds, got 0"),
+    ({"batch_window_ms": -1}, "--batch-window-ms must be between 0 and 1000, got -1"),
+    ({"max_prompt_tokens": 0}, "--max-prompt-tokens must be an integer >= 1, got 0"),
+    ({"port": 70000}, "--port must be at most 65535, got 70000"),
+    ({"max_options": 1}, "--max-options must be an integer >= 2, got 1"),
+])
+def test_config_is_checked(config, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ServeConfig(**config)
+
+
+def test_cli_flags_fail_in_one_line_before_loading(capsys):
+    from setllm.cli.serve import main
+
+    assert main(["--max-batch-size", "0", "--model", "/nonexistent"]) == 2
+    assert capsys.readouterr().err == "error: --max-batch-size must be an integer >= 1, got 0\n"
+    assert main(["--timeout-s", "soon"]) == 2
+    assert "argument --timeout_s/--timeout-s: invalid float value: 'soon'" in capsys.readouterr().err
+
+
+def test_setllm_serve_subcommand(monkeypatch, capsys):
+    """The `setllm serve` entry point, as it runs once COMMANDS lists it."""
+    from setllm.cli import COMMANDS, main
+    from setllm.cli.serve import HELP
+
+    monkeypatch.setitem(COMMANDS, "serve", ("setllm.cli.serve", HELP))
+    assert main(["serve", "--port", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --port must be an integer >= 0, got -1\n"
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "--max-batch-size" in out and "--timeout-s" in out and "--model" in out
