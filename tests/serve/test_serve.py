@@ -179,3 +179,24 @@ def test_the_openai_client_works(lm):
         with pytest.raises(openai.BadRequestError) as error:
             client.completions.create(model="setllm", prompt="Hi", n=2)
         assert error.value.body == "n: only n=1 is supported"  # our {"error": ...} line
+
+
+def test_judge_is_order_invariant_and_matches_the_library(lm):
+    candidates = ["Paris is the capital.", "Rome, surely.", "It is Lyon."]
+    with serving(lm) as client:
+        seen = set()
+        for order in itertools.permutations(range(3)):
+            cands = [candidates[i] for i in order]
+            r = client.post("/v1/judge", json={"instruction": "Capital of France?", "candidates": cands})
+            assert r.status_code == 200
+            body = r.json()
+            assert body["best"] == body["ranking"][0] and sorted(body["ranking"]) == [0, 1, 2]
+            seen.add((cands[body["best"]], tuple(sorted(zip(cands, body["scores"])))))
+        bad = client.post("/v1/judge", json={"instruction": "Q", "candidates": ["only one"]})
+        blank = client.post("/v1/judge", json={"instruction": "Q", "candidates": ["a", "  "]})
+    assert len(seen) == 1  # every order: the same best candidate and the same score per candidate
+    want = lm.judge("Capital of France?", candidates)
+    (_, scores), = seen
+    assert dict(scores) == pytest.approx(dict(zip(candidates, want.scores)), abs=1e-5)
+    assert bad.status_code == 422 and "error" in bad.json()
+    assert blank.status_code == 400 and blank.json()["error"] == "candidates[1] must be non-empty text"

@@ -1,12 +1,8 @@
 """The endpoints. Each parses its body (pydantic), asks the :class:`Service`, and shapes
 the answer; errors are raised and become ``{"error": ...}`` in :mod:`.app`.
 
-Adding an endpoint: a schema in :mod:`.schemas` and a handler here, e.g.::
-
-    @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
-    async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
-        scores = await service_of(request).score(judge_prompt(body), body.candidates)
-        return JudgeResponse(...)
+Adding an endpoint: a schema in :mod:`.schemas`, a method on the :class:`Service`, and a
+handler here (``/v1/judge`` is the smallest example).
 """
 
 from __future__ import annotations
@@ -29,6 +25,8 @@ from .schemas import (
     ErrorResponse,
     GenerateRequest,
     GenerateResponse,
+    JudgeRequest,
+    JudgeResponse,
     ScoreRequest,
     ScoreResponse,
     Usage,
@@ -57,6 +55,13 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     prompt = parse_prompt(body.prompt)
     scores = await service.score(prompt, service.score_options(prompt, body.options))
     return ScoreResponse(scores=scores.logprobs)
+
+
+@router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
+async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
+    """Which candidate response is best; no order or label bias (the candidates are a set)."""
+    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input)
+    return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores.logprobs)
 
 
 @router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)

@@ -56,6 +56,18 @@ class ChooseResponse(BaseModel):
     scores: list[float] = Field(description="log-likelihood of each option, in the request's order")
 
 
+class JudgeRequest(Request):
+    instruction: str = Field(min_length=1)
+    input: str | None = None
+    candidates: list[str] = Field(min_length=2, description="the candidate responses, read as a set with identical, unnamed framing")
+
+
+class JudgeResponse(BaseModel):
+    best: int = Field(description="position of the best candidate in the request's list")
+    ranking: list[int] = Field(description="all candidates, best first (positions in the request's list)")
+    scores: list[float] = Field(description="log-likelihood of each candidate, in the request's order")
+
+
 class ScoreRequest(Request):
     prompt: PromptField
     options: list[str] | None = Field(default=None, min_length=1, description="default: the elements of the prompt's only set")

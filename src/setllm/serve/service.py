@@ -15,6 +15,7 @@ from ..api import check_choices
 from ..generation import GenerationConfig
 from ..markup import parse_markup
 from ..prompt import SetPrompt, as_prompt
+from ..tasks.judge import judge_prompt
 from ..templates import mc_prompt, options_of
 from .batcher import Batcher
 from .config import ServeConfig
@@ -73,6 +74,17 @@ class Service:
         scores = await self.score(mc_prompt(question, options, context), options)
         best = min(range(len(options)), key=lambda i: (-scores.logprobs[i], options[i]))
         return options, best, scores
+
+    async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None) -> tuple[list[int], Scores]:
+        """The ranking (best first) and scores of candidate responses (:mod:`setllm.tasks.judge`);
+        equal scores rank by candidate text, so the ranking cannot depend on their order."""
+        self._check_count(candidates)
+        blank = [i for i, c in enumerate(candidates) if not c.strip()]
+        if blank:
+            raise BadRequest(f"candidates[{blank[0]}] must be non-empty text")
+        cands = [c.strip() for c in candidates]
+        scores = await self.score(judge_prompt(instruction, cands, input), cands)
+        return sorted(range(len(cands)), key=lambda i: (-scores.logprobs[i], cands[i])), scores
 
     async def generate(self, prompt: SetPrompt, config: GenerationConfig, field: str = "max_new_tokens") -> Generated:
         """``field``: what the request calls ``max_new_tokens``, for the error message."""
