@@ -143,19 +143,32 @@ def _record_groups(app, seen):
     engine._score = recording
 
 
-def test_the_startup_check_turns_batching_off_where_a_batch_changes_bits(lm, monkeypatch):
+def test_where_mixed_batches_move_bits_only_identical_requests_share_a_forward(wide_lm, monkeypatch):
+    """A device whose batches of different questions move the last bits (the start-up check
+    finds it): every ordering of one question is still one computation, so those coalesce;
+    different questions never share a forward, and nothing differs from one at a time."""
     from setllm.serve.engine import Engine
 
     forward_scores = Engine._forward_scores
 
-    def noisy(self, encs, options):  # a device whose batches move the last bits
+    def noisy(self, encs, options):  # several prompts in one forward: other low bits
         return [[(s + 1e-6 * (len(encs) > 1), n) for s, n in row] for row in forward_scores(self, encs, options)]
 
     monkeypatch.setattr(Engine, "_forward_scores", noisy)
-    with serving(lm) as client:
+    orderings = [("/v1/choose", {"question": QUESTION, "options": list(o)}) for o in itertools.permutations(OPTIONS)][:6]
+    other = [("/v1/choose", {"question": "Which one is an animal?", "options": list(o)}) for o in itertools.permutations(OPTIONS)][:2]
+    reqs = orderings + other
+    with serving(wide_lm) as client:
         health = client.get("/health").json()
-    assert health["max_batch_size"] == 1 and health["batching"].startswith("off: a batch changed low bits")
-    with serving(lm, batch_check=False) as client:
+        alone = [client.post(path, json=body).json() for path, body in reqs]
+    assert health["batching"].startswith("identical requests only") and health["max_batch_size"] > 1
+    app = create_app(wide_lm, ServeConfig(batch_window_ms=100))
+    seen = []
+    together = concurrently(app, reqs, before=lambda a: _record_groups(a, seen))
+    assert [r.json() for r in together] == alone  # bit for bit, noisy device and all
+    assert max(map(len, seen)) > 1  # orderings of one question did share a forward
+    assert all(len({p.key for p in group}) == 1 and group[0].key[0] == "same" for group in seen)
+    with serving(wide_lm, batch_check=False) as client:
         assert client.get("/health").json()["batching"] == "on"
 
 

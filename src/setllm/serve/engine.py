@@ -114,6 +114,9 @@ class Engine:
         self.max_prompt_tokens = max_prompt_tokens
         self.on_forward = on_forward or (lambda n: None)
         self._lone = itertools.count()  # unique keys for requests that never share a forward
+        # Set when the start-up check finds that mixing questions in a forward moves low bits:
+        # then only requests that are the very same computation share one.
+        self.identical_only = False
 
     # -- the worker's entry point -----------------------------------------------------------
     def run(self, items: Sequence[Item]) -> list[Any]:
@@ -174,8 +177,10 @@ class Engine:
             raise BadRequest(f"options[{empty[0]}] tokenizes to nothing; options must be non-empty text")
         longest = max(map(len, ids))
         self._check_fits(len(enc) + longest, f"prompt ({len(enc)} tokens) + longest option ({longest})")
-        rows = len({tuple(x) for x in ids})  # equal options share a row (see _score)
-        shareable = len(enc) >= MIN_ROWS and (longest == 1 or rows * longest >= MIN_ROWS)
+        unique = sorted({tuple(x) for x in ids})  # equal options share a row (see _score)
+        if self.identical_only:  # the same prompt and option set: one computation, whatever the order
+            return _Prepared(index, enc, ids, ("same", _identity(enc), tuple(unique)))
+        shareable = len(enc) >= MIN_ROWS and (longest == 1 or len(unique) * longest >= MIN_ROWS)
         return _Prepared(index, enc, ids, ("score", len(enc), longest) if shareable else self._lone_key())
 
     def _encode(self, prompt: SetPrompt, limit: int | None) -> EncodedPrompt:
@@ -210,7 +215,14 @@ class Engine:
             if u == len(encs):
                 encs.append(prep.enc)
                 rows.append({})
-            where.append([(u, rows[u].setdefault(tuple(ids), len(rows[u]))) for ids in prep.ids])
+            for ids in prep.ids:
+                rows[u].setdefault(tuple(ids), len(rows[u]))
+        # Rows in a canonical order (sorted ids): a request computes the same tensors alone as
+        # with companions that are the same question in another ordering.
+        rows = [{ids: r for r, ids in enumerate(sorted(by_ids))} for by_ids in rows]
+        for prep in group:
+            u = prompts[_identity(prep.enc)]
+            where.append([(u, rows[u][tuple(ids)]) for ids in prep.ids])
         sums = self._forward_scores(encs, [[list(ids) for ids in r] for r in rows])
         if record:
             self.on_forward(len(group))

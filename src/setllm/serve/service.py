@@ -48,8 +48,10 @@ class Service:
         await self.batcher.start()
         check = self.config.batch_check and self.config.max_batch_size > 1
         if check and not await self.batcher.call(self.engine.batching_is_exact, self.config.max_batch_size):
-            self.batcher.max_batch_size = 1
-            self.batching = "off: a batch changed low bits of a score on this machine (start-up check); every request runs alone"
+            self.engine.identical_only = True
+            self.batching = ("identical requests only: a batch of different questions changed low bits of a score on this "
+                             "machine (start-up check), so only requests that are the same computation (in exact mode: every "
+                             "ordering of one question) share a forward")
             log.warning("setllm serve: batching %s", self.batching)
 
     async def stop(self) -> None:
