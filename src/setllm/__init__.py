@@ -1,22 +1,38 @@
-"""setllm: order-invariant prompting for decoder-only LLMs (Set-LLM: SetPE + SetMask)."""
+"""setllm: order-invariant prompting for decoder-only LLMs (Set-LLM: SetPE + SetMask).
 
-from .api import Choice, SetLLM, Verdict, default_adapter, pick
-from .encoding import EncodedPrompt, PromptEncoder, setpe_positions
-from .generation import GenerationConfig
-from .loading import DEFAULT_MODEL, ModelLoadError, load_model
-from .markup import parse_markup, to_markup
-from .prompt import PromptError, Set, SetPrompt, as_prompt, from_json
-from .runtime import SUPPORTED_MODEL_TYPES, UnsupportedModelError
-from .scoring import OptionScore
-from .templates import mc_prompt, original_prompt
-from .variants import DEFAULT_VARIANT, VARIANTS, Variant, get_variant
+Names are imported on first use (PEP 562), so ``setllm --help`` and ``import setllm.cli``
+do not pay for torch and transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Choice", "SetLLM", "Verdict", "default_adapter", "pick", "EncodedPrompt", "PromptEncoder", "setpe_positions",
-    "GenerationConfig", "DEFAULT_MODEL", "ModelLoadError", "load_model", "parse_markup", "to_markup",
-    "PromptError", "Set", "SetPrompt", "as_prompt", "from_json", "SUPPORTED_MODEL_TYPES",
-    "UnsupportedModelError", "OptionScore", "mc_prompt", "original_prompt", "DEFAULT_VARIANT", "VARIANTS",
-    "Variant", "get_variant",
-]
+_EXPORTS = {
+    "api": ["Choice", "SetLLM", "Verdict", "default_adapter", "pick"],
+    "encoding": ["EncodedPrompt", "PromptEncoder", "setpe_positions"],
+    "generation": ["GenerationConfig"],
+    "loading": ["DEFAULT_MODEL", "ModelLoadError", "load_model"],
+    "markup": ["parse_markup", "to_markup"],
+    "prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json"],
+    "runtime": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],
+    "scoring": ["OptionScore"],
+    "templates": ["mc_prompt", "original_prompt"],
+    "variants": ["DEFAULT_VARIANT", "VARIANTS", "Variant", "get_variant"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'setllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

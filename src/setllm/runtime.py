@@ -12,11 +12,9 @@ from contextlib import contextmanager
 
 from .errors import InputError
 from .masks import TokenLayout, render, variant_mask
-from .variants import Variant
+from .variants import ATTENTION_BACKENDS, Variant  # noqa: F401  (re-exported)
 
 # Architectures tested end to end (tests/test_architectures.py).
-# The attention implementations that take an arbitrary mask (flash_attention_2 does not).
-ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
 
 

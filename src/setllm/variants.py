@@ -7,6 +7,9 @@ from typing import Literal
 
 from .errors import InputError
 
+# The attention implementations that take an arbitrary mask (flash_attention_2 does not).
+ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
+
 MaskKind = Literal["causal", "prefix", "setmask"]
 PositionKind = Literal["pe", "nope", "setpe"]
 

@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from ..errors import SetLLMWarning
-from .common import Parser, apply_config_file, run_guarded, validate
+from .common import LightParser, apply_config_file, parser_class, run_guarded, validate
 
 # name -> (module defining ``add_parser(subparsers)``, one-line help). Each parser sets
 # ``func(args) -> int``.
@@ -34,7 +34,8 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, a
     names and one-line help); returns it and that subparser."""
     from setllm import __version__
 
-    parser = Parser(prog="setllm", description="Order-invariant prompting for decoder-only LLMs (Set-LLM).")
+    cls = parser_class() if command else LightParser  # `setllm --help` never imports transformers
+    parser = cls(prog="setllm", description="Order-invariant prompting for decoder-only LLMs (Set-LLM).")
     parser.add_argument("--version", action="version", version=f"setllm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     full = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -12,11 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from transformers import HfArgumentParser
-
 from ..errors import InputError, SetLLMError
-from ..runtime import ATTENTION_BACKENDS
-from ..variants import VARIANTS
+from ..variants import ATTENTION_BACKENDS, VARIANTS
 
 EXIT_USER_ERROR = 2
 
@@ -35,15 +33,24 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         return 130
 
 
-class Parser(HfArgumentParser):
-    """transformers' dataclass parser, with a one-line error for a bad flag instead of the
-    whole usage block."""
+class LightParser(argparse.ArgumentParser):
+    """The top-level parser when no command is being built (``setllm --help``): one-line
+    errors, and no transformers import (that alone costs about a second)."""
 
     def error(self, message: str):
         raise InputError(f"{message} (see `{self.prog} --help`)")
 
 
-def add_command(sub, name: str, configs: Sequence[type], config_file: bool = False, **kwargs) -> Parser:
+@functools.cache
+def parser_class() -> type:
+    """transformers' dataclass parser (imported only when a command is built), with the
+    same one-line errors."""
+    from transformers import HfArgumentParser
+
+    return type("Parser", (HfArgumentParser,), {"error": LightParser.error})
+
+
+def add_command(sub, name: str, configs: Sequence[type], config_file: bool = False, **kwargs) -> argparse.ArgumentParser:
     """A subcommand whose flags are the fields of ``configs`` (dataclasses), built by
     :class:`transformers.HfArgumentParser`: one ``--flag`` per field, help and choices from
     ``field(metadata=...)``, defaults from the dataclass (never typed twice).

@@ -13,15 +13,7 @@ import sys
 
 from ..errors import InputError
 from ..serve.config import ServeConfig
-from .common import (
-    ModelOptions,
-    Parser,
-    add_command,
-    config_from_args,
-    load_setllm,
-    run_guarded,
-    validate,
-)
+from .common import ModelOptions, add_command, config_from_args, load_setllm
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 
@@ -50,18 +42,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``setllm serve`` on its own (the same flags), for ``python -m setllm.cli.serve``."""
-    parser = Parser(prog="setllm")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_parser(sub, "serve")
-    argv = ["serve", *(sys.argv[1:] if argv is None else argv)]
+    """``python -m setllm.cli.serve ARGS`` = ``setllm serve ARGS``."""
+    from . import main as setllm_main
 
-    def run(_):
-        args = parser.parse_args(argv)
-        validate(args)
-        return args.func(args)
-
-    return run_guarded(run, None)
+    return setllm_main(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

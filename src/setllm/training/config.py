@@ -22,8 +22,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..errors import InputError
-from ..runtime import ATTENTION_BACKENDS
-from ..variants import DEFAULT_VARIANT, VARIANTS
+from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS
 
 OVERLONG_POLICIES = ("truncate", "skip")
 # Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
