@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from transformers import AutoTokenizer
 
@@ -25,6 +26,7 @@ def main() -> None:
     args = p.parse_args()
     tok = AutoTokenizer.from_pretrained(embedded_model_dir(progress=False))
     kept = total = 0
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         for where, obj in iter_jsonl(args.data):
             row = pair_row(obj, where)
