@@ -21,6 +21,10 @@ ULTRA_N=${ULTRA_N:-250}        # UltraFeedback examples for the "Ultra" pre-fine
 EPOCHS=${EPOCHS:-1}            # one pass: 100 steps of batch 8 per benchmark at TRAIN_N=800
 LR=${LR:-1e-3}                 # the paper's best rate for Gemma 2B on every benchmark (its Table 12)
 RUNS=${RUNS:-runs/repro}
+# How train/eval run (the GPU recipe, benchmarks/reproduce_gpu.sh, sets these; docs/gpu.md):
+SETLLM_RUN=${SETLLM_RUN:-setllm}  # e.g. "accelerate launch --num_processes 8 $(command -v setllm)"
+TRAIN_FLAGS=${TRAIN_FLAGS:-}      # appended to every `setllm train` (a later flag wins), e.g. "--max-steps 3000 --bf16"
+EVAL_FLAGS=${EVAL_FLAGS:-}        # appended to every `setllm eval`, e.g. "--device cuda --batch-size 64"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
@@ -48,12 +52,13 @@ train() {
   local out=$1 variant=$2 data=$3 init=${4:-}
   [ -f "$out/adapter_model.safetensors" ] && return 0
   local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-  log_cmd setllm train --data "$data" --data-dir "$DATA" --variant "$variant" --lr "$LR" --epochs "$EPOCHS" \
-    --batch-size 8 --max-length 256 --seed 42 --sample-seed 42 --out "$out" ${init:+--init-adapter "$init"} "${resume[@]}"
+  # shellcheck disable=SC2086
+  log_cmd $SETLLM_RUN train --data "$data" --data-dir "$DATA" --variant "$variant" --lr "$LR" --epochs "$EPOCHS" \
+    --batch-size 8 --max-length 256 --seed 42 --sample-seed 42 --out "$out" ${init:+--init-adapter "$init"} "${resume[@]}" $TRAIN_FLAGS
 }
 
 ultra() {  # the "Ultra" stage for a variant: UltraFeedback instruction tuning
-  train "$RUNS/adapters/ultra-$1" "$1" "ultrafeedback:$ULTRA_N" >&2  # stdout carries only the path
+  TRAIN_FLAGS=${ULTRA_TRAIN_FLAGS:-$TRAIN_FLAGS} train "$RUNS/adapters/ultra-$1" "$1" "ultrafeedback:$ULTRA_N" >&2  # stdout: the path only
   echo "$RUNS/adapters/ultra-$1"
 }
 
@@ -61,9 +66,9 @@ ultra() {  # the "Ultra" stage for a variant: UltraFeedback instruction tuning
 evaluate() {
   local out=$1 ds=$2 adapter=$3 variant=$4 template=$5 modes=$6 label=$7; shift 7
   # shellcheck disable=SC2046
-  log_cmd setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed 0 --adapter "$adapter" \
+  log_cmd $SETLLM_RUN eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed 0 --adapter "$adapter" \
     --variant "$variant" --template "$template" --modes "$modes" --label "$label" --seed 0 \
-    $(orderings_for "$ds") --out "$out" "$@"
+    $(orderings_for "$ds") --out "$out" $EVAL_FLAGS "$@"
 }
 
 table_a() {

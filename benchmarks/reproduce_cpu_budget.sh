@@ -8,9 +8,13 @@
 #   - CommonsenseQA: 6 seeded random orderings of the 120 (the paper: the first 24);
 #   - Table B: order-sensitive variants over 6 seeded random orderings of ARC's 24;
 #   - Table D: the Set-LLM side only (one run per question), 150 questions per cell.
+#
+# Usage: benchmarks/reproduce_cpu_budget.sh [PART ...]   (default: every part, in this order)
+#   PART: a-setmask a-causal a-pretrained a-verified b d
+# LOCK=/path/to/lockfile runs every step under `flock` (a CPU shared with other jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=benchmarks/reproduce.sh
+R="${LOCK:+flock $LOCK} benchmarks/reproduce.sh"
 RUNS=${RUNS:-runs/repro}
 A=$RUNS/adapters
 ALL=single,random,adversarial,majority
@@ -20,30 +24,41 @@ CSQA6=(--max-orderings 6 --ordering-choice random)
 data() { $R step export_train "$1" modified; }
 
 # Table A: one Set-LLM and one causal adapter per benchmark, finetuned identically.
+a_setmask() {
 for ds in "${DATASETS[@]}"; do
   $R step train "$A/$ds-setmask" setmask-setpe "$(data "$ds")"
   extra=(); [ "$ds" = commonsense_qa ] && extra=("${CSQA6[@]}")
   $R step evaluate "$RUNS/eval/A/$ds/setmask-finetuned" "$ds" "$A/$ds-setmask" setmask-setpe modified "$ALL" "SetMask+SetPE" "${extra[@]}"
-  $R step train "$A/$ds-causal" causal-pe "$(data "$ds")"
 done
+}
+a_causal() {
+for ds in "${DATASETS[@]}"; do $R step train "$A/$ds-causal" causal-pe "$(data "$ds")"; done
 for ds in piqa social_iqa arc_challenge; do
-  $R step evaluate "$RUNS/eval/A/$ds/causal-finetuned" "$ds" "$A/$ds-causal" causal-pe modified "$ALL" "Causal Mask+PE"
+  extra=(); [ "$ds" = arc_challenge ] && [ -n "${ARC6:-}" ] && extra=("${CSQA6[@]}")  # ARC6=1: 6 of ARC's 24 orderings
+  $R step evaluate "$RUNS/eval/A/$ds/causal-finetuned" "$ds" "$A/$ds-causal" causal-pe modified "$ALL" "Causal Mask+PE" "${extra[@]}"
 done
 $R step evaluate "$RUNS/eval/A/commonsense_qa/causal-finetuned" commonsense_qa "$A/commonsense_qa-causal" causal-pe modified "$ALL" "Causal Mask+PE" "${CSQA6[@]}"
+}
+a_pretrained() {
 $R step evaluate "$RUNS/eval/A/commonsense_qa/causal-pretrained" commonsense_qa none causal-pe modified "$ALL" "Causal Mask+PE" "${CSQA6[@]}"
 # Not a paper row: the pretrained model read under SetMask+SetPE with no training at all.
 for ds in "${DATASETS[@]}"; do
   extra=(); [ "$ds" = commonsense_qa ] && extra=("${CSQA6[@]}")
   $R step evaluate "$RUNS/eval/A/$ds/setmask-pretrained" "$ds" none setmask-setpe modified "$ALL" "SetMask+SetPE" "${extra[@]}"
 done
+}
 # The guarantee checked, not assumed: 50 questions, up to 6 orderings each, run unsorted.
+a_verified() {
 for ds in "${DATASETS[@]}"; do
   N_EVAL=50 $R step evaluate "$RUNS/eval/A/$ds/setmask-verified" "$ds" "$A/$ds-setmask" setmask-setpe modified "$ALL" \
     "SetMask+SetPE (verified)" --verify-invariance --max-orderings 6 --ordering-choice random
 done
 
+}
+
 # Table B on ARC: the six variants finetuned identically; every variant over the same 6
 # seeded random orderings of the 24 (the dataset's order included) to fit the budget.
+b() {
 for v in causal-nope prefix-pe prefix-nope prefix-setpe causal-pe setmask-setpe; do
   ad="$A/arc_challenge-$v"
   [ "$v" = causal-pe ] && ad="$A/arc_challenge-causal"
@@ -52,8 +67,11 @@ for v in causal-nope prefix-pe prefix-nope prefix-setpe causal-pe setmask-setpe;
   $R step evaluate "$RUNS/eval/B/$v" arc_challenge "$ad" "$v" modified "$ALL" "$v" --max-orderings 6 --ordering-choice random
 done
 
+}
+
 # Table D (out of distribution), Set-LLM side: each benchmark's adapter on the other three,
 # 150 questions each (a seeded subset, --subset-seed 0, of the evaluation split).
+d() {
 for train_ds in "${DATASETS[@]}"; do
   for ds in "${DATASETS[@]}"; do
     [ "$ds" = "$train_ds" ] && continue
@@ -61,4 +79,13 @@ for train_ds in "${DATASETS[@]}"; do
     N_EVAL=150 $R step evaluate "$RUNS/eval/D/$train_ds-on-$ds/setmask" "$ds" "$A/$train_ds-setmask" setmask-setpe modified "$ALL" \
       "SetMask+SetPE ($train_ds)" "${extra[@]}"
   done
+done
+}
+
+parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(a-setmask a-causal a-pretrained a-verified b d)
+for part in "${parts[@]}"; do
+  case "$part" in
+    a-setmask|a-causal|a-pretrained|a-verified|b|d) "${part//-/_}" ;;
+    *) echo "unknown part $part; choose from: a-setmask a-causal a-pretrained a-verified b d" >&2; exit 2 ;;
+  esac
 done

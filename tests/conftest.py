@@ -11,6 +11,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 _CACHE = Path(tempfile.gettempdir()) / "setllm-tests"
 os.environ["SETLLM_CACHE"] = str(_CACHE / "setllm")
 os.environ["HF_HOME"] = str(_CACHE / "hf")
+os.environ["MPLCONFIGDIR"] = str(_CACHE / "matplotlib")  # else its font cache lands in ~/.cache/matplotlib
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -126,6 +126,13 @@ def sharp_model(arch: str = "llama"):
     return model
 
 
+def saved(model, path) -> str:
+    """``model`` and the tiny tokenizer saved as a model directory (for ``--model DIR``)."""
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
 def run_cli(capsys, *argv):
     """``setllm ARGV`` in-process: (exit code, stdout, stderr)."""
     from setllm.cli import main

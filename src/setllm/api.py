@@ -21,11 +21,13 @@ from .encoding import EncodedPrompt
 from .errors import InputError, SetLLMWarning
 from .loading import AdapterInfo, Origin, load_model
 from .prompt import PromptLike, SetPrompt, as_prompt
-from .runtime import check_model, forward
+from .runtime import check_model, forward, use_auto_attention
 from .templates import mc_prompt, options_of
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
-DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / "smollm2-135m-setllm"
+# The adapters shipped for the embedded model, one per kind of task they were trained for.
+SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge"}
+DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS["choose"]
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,14 @@ class ReadOptions:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
 
-def default_adapter() -> str | None:
-    """The Set-LLM adapter shipped for the embedded model, if this install has it."""
-    return str(DEFAULT_ADAPTER) if (DEFAULT_ADAPTER / "adapter_config.json").exists() else None
+def default_adapter(kind: str = "choose") -> str | None:
+    """The Set-LLM adapter shipped for the embedded model, if this install has it:
+    ``"choose"`` (choose, score, generate, eval of the benchmarks; what ``adapter="auto"``
+    loads) or ``"judge"`` (trained on judge examples; the default of ``setllm judge``)."""
+    if kind not in SHIPPED_ADAPTERS:
+        raise InputError(f"unknown adapter kind {kind!r}; choose one of: {', '.join(SHIPPED_ADAPTERS)}")
+    path = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS[kind]
+    return str(path) if (path / "adapter_config.json").exists() else None
 
 
 class SetLLM:
@@ -115,7 +122,7 @@ class SetLLM:
 
     @classmethod
     def from_pretrained(cls, model: str | None = None, adapter: str | None = "auto", variant: str | None = None, *,
-                        dtype=torch.float32, attn_implementation: str = "sdpa", device: str | None = None,
+                        dtype=torch.float32, attn_implementation: str = "auto", device: str | None = None,
                         allow_pickle: bool = False, allow_base_mismatch: bool = False, **kwargs) -> SetLLM:
         """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it.
 
@@ -125,14 +132,18 @@ class SetLLM:
         adapter, the model directory's, as a full fine-tune writes it) restores the variant,
         chat mode and EOS scoring it was trained with; an explicit different choice is
         allowed with a warning. An adapter trained on another base model is refused unless
-        ``allow_base_mismatch``.
+        ``allow_base_mismatch``. ``attn_implementation="auto"``: sdpa, and flex attention for a
+        prompt of :data:`setllm.runtime.LONG_PROMPT_TOKENS` tokens or more.
         """
         if adapter == "auto":
             base_asked = variant is not None and not get_variant(variant).invariant
             adapter = default_adapter() if model is None and not base_asked else None
         info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
-        net, tok = load_model(model, adapter, dtype=dtype, attn_implementation=attn_implementation, device=device, allow_pickle=allow_pickle,
+        auto = attn_implementation == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
+        net, tok = load_model(model, adapter, dtype=dtype, attn_implementation="sdpa" if auto else attn_implementation, device=device, allow_pickle=allow_pickle,
                               allow_base_mismatch=allow_base_mismatch)  # loading takes a second: no bar
+        if auto:
+            use_auto_attention(net)
         read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
         return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter))
 
@@ -229,6 +240,16 @@ class SetLLM:
         cands = [_candidates(c) for _, c, _ in rows]
         prompts = [judge_prompt(instr, c, inp) for (instr, _, inp), c in zip(rows, cands)]
         return [_verdict([s.logprob for s in scores], tie_margin) for scores in self.score(prompts, cands)]
+
+    # -- documents ----------------------------------------------------------------------
+    def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
+        """Answer ``question`` from ``documents`` read as one set (greedy, up to a newline;
+        see :mod:`setllm.tasks.documents`): under an invariant variant their order cannot
+        change the answer."""
+        from .tasks.documents import documents_prompt
+
+        docs = _option_list(documents, "documents")
+        return self.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
 
     # -- generate -----------------------------------------------------------------------
     def generate(self, prompts: PromptLike | Sequence[PromptLike], config: generation.GenerationConfig | None = None,

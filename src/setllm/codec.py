@@ -69,10 +69,13 @@ class Codec:
         return prompt
 
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
-        """Tokenize a prompt (see :meth:`prepare`) and check it fits the model."""
+        """Tokenize a prompt (see :meth:`prepare`) and check it fits the model: its positions,
+        with one left for the response (see :func:`setllm.runtime.check_length`)."""
         enc = self.encoder.encode(self.prepare(prompt))
-        if self.max_tokens is not None and len(enc) >= self.max_tokens:
-            raise PromptError(f"prompt is {len(enc)} tokens, longer than the model's context ({self.max_tokens} tokens)")
+        end = enc.positions(self.variant.positions)[1]
+        if self.max_tokens is not None and end >= self.max_tokens:
+            at = "" if end == len(enc) else f" at positions up to {end - 1}"
+            raise PromptError(f"prompt is {len(enc)} tokens{at}, longer than the model's context ({self.max_tokens} tokens)")
         return enc
 
     def response_ids(self, prompt: PromptLike, text: str, eos: bool = True) -> list[int]:

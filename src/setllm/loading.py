@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .errors import SetLLMError, SetLLMWarning
-from .variants import DEFAULT_VARIANT, VARIANTS
+from .variants import DEFAULT_VARIANT, VARIANTS, check_attention
 
 DEFAULT_MODEL = "embedded:SmolLM2-135M-Instruct"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model, public: what plain PEFT users load
@@ -415,6 +415,7 @@ def load_model(
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    check_attention(attn_implementation, "attn_implementation")  # before any download or load
     adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch) if adapter is not None else None
     path = resolve_model_path(model)
     check_model_files(path)
@@ -423,7 +424,7 @@ def load_model(
     # transformers 5.x looks for a PEFT adapter in the repo without passing local_files_only on
     # (and so retries an unreachable hub for ~25 s): pass it there too.
     adapter_lookup = {"adapter_kwargs": {"local_files_only": True}} if cache_only else {}
-    with _quiet_loading(progress):
+    with quiet_loading(progress):
         try:
             if attn_implementation == "sdpa" and AutoConfig.from_pretrained(path, **kwargs).model_type == "gemma2":
                 attn_implementation = "eager"  # gemma2 refuses sdpa (logit soft-capping)
@@ -470,7 +471,7 @@ def _apply_adapter(model, adir: Path, base_name: str | None, merge: bool = True)
     except ImportError:
         raise ModelLoadError("loading an adapter needs peft, a core dependency of setllm: reinstall setllm") from None
     try:
-        with _quiet_loading(progress=False):
+        with quiet_loading(progress=False):
             peft_model = PeftModel.from_pretrained(model, str(adir), is_trainable=False)
     except (RuntimeError, ValueError) as e:
         if isinstance(e, RuntimeError) and "size mismatch" not in str(e):
@@ -510,9 +511,10 @@ def _safetensor_error() -> type[Exception]:
 
 
 @contextmanager
-def _quiet_loading(progress: bool):
-    """Hide library noise the user cannot act on while loading: transformers' "Loading weights"
-    bar (unless ``progress``; download bars stay, a download is long and happens once) and the
+def quiet_loading(progress: bool):
+    """Hide library noise the user cannot act on while loading (or saving) weights: transformers'
+    "Loading weights" and "Writing model shards" bars (unless ``progress``; download bars stay,
+    a download is long and happens once) and the
     ``is_gradient_checkpointing`` FutureWarning that PEFT triggers in transformers 5.x. The
     switches are put back afterwards."""
     from huggingface_hub import utils as hub_utils

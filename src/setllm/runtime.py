@@ -9,10 +9,11 @@ Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import cache as _once
 
 from .errors import InputError
 from .masks import TokenLayout, render, variant_mask
-from .variants import ATTENTION_BACKENDS, Variant  # noqa: F401  (re-exported)
+from .variants import ATTENTION_BACKENDS, Variant, attention_problem  # noqa: F401  (re-exported)
 
 # Architectures tested end to end (tests/test_architectures.py).
 SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
@@ -33,9 +34,9 @@ def check_model(model, allow_untested: bool = False) -> None:
             f"model type {model_type!r} has not been verified to honour custom masks and positions "
             f"(verified: {', '.join(SUPPORTED_MODEL_TYPES)}); pass allow_untested=True / --allow-untested to try it"
         )
-    impl = getattr(config, "_attn_implementation", "sdpa")
-    if impl not in ("sdpa", "eager", "flex_attention"):
-        raise UnsupportedModelError(f"attention implementation {impl!r} cannot take set masks; load with attn_implementation='sdpa', 'eager' or 'flex_attention'")
+    problem = attention_problem(getattr(config, "_attn_implementation", "sdpa"))
+    if problem:
+        raise UnsupportedModelError(f"{problem} (load the model with attn_implementation=...)")
 
 
 def sliding_window(config) -> int | None:
@@ -51,9 +52,16 @@ def sliding_window(config) -> int | None:
     return int(window)
 
 
-def check_length(config, length: int) -> None:
-    """A window counts token indices, not positions: wherever it cuts, set elements are no
-    longer symmetric. Refuse rather than silently lose invariance."""
+def check_length(config, length: int, positions: int | None = None) -> None:
+    """``length`` tokens whose position ids stay below ``positions`` (default: ``length``).
+
+    A sliding window counts token indices, not positions: wherever it cuts, set elements are
+    no longer symmetric, so the window check counts tokens. The context counts positions: in
+    every supported family the context is what the positions were trained on (RoPE's range,
+    gpt2's table of ``n_positions`` embeddings). Under SetPE the text after a set resumes at
+    the set's start + its tokens, so the two counts differ only where positions stop growing
+    with tokens: NoPE (all 0) and a prompt that ends inside a set.
+    """
     window = sliding_window(config)
     if window is not None and length > window:
         raise InputError(
@@ -61,8 +69,10 @@ def check_length(config, length: int) -> None:
             "the window would cut set elements unevenly and break order invariance"
         )
     limit = context_length(config)
-    if limit is not None and length > limit:
-        raise InputError(f"sequence of {length} tokens is longer than the model's context ({limit} tokens)")
+    used = length if positions is None else positions
+    if limit is not None and used > limit:
+        at = "" if used == length else f" at positions up to {used - 1}"
+        raise InputError(f"sequence of {length} tokens{at} is longer than the model's context ({limit} tokens)")
 
 
 def context_length(config) -> int | None:
@@ -80,18 +90,73 @@ def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
 
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
     """Run the model on ``input_ids [B, Q]`` given ``layout [B, K]`` (K = cache + Q)."""
-    check_length(model.config, layout.shape[1])
-    with _cached_step_attention(model, cached=layout.shape[1] > input_ids.shape[1]):
+    check_length(model.config, layout.shape[1], int(position_ids.max()) + 1)
+    cached = layout.shape[1] > input_ids.shape[1]
+    with _cached_step_attention(model, cached), _long_prompt_attention(model, 0 if cached else input_ids.shape[1]), _static_flex_shapes(model):
         mask = attention_mask(model, variant, layout, input_ids.shape[1])
         device = model.device
         return model(
             input_ids=input_ids.to(device),
             position_ids=position_ids.to(device),
             attention_mask=mask,
-            past_key_values=cache,
             use_cache=cache is not None,
+            **{_cache_kwarg(): cache},
             logits_to_keep=logits_to_keep,
         )
+
+
+def output_cache(out):
+    """The KV cache a forward returned (``cache`` from transformers 5.24, ``past_key_values`` before)."""
+    return out.cache if "cache" in out else out.past_key_values
+
+
+@_once
+def _cache_kwarg() -> str:
+    # transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns on the old name;
+    # asking by version keeps every supported release quiet.
+    import transformers
+    from packaging.version import Version
+
+    return "cache" if Version(transformers.__version__) >= Version("5.24.0.dev0") else "past_key_values"
+
+
+# ``attn="auto"``: sdpa, but a prefill of at least this many tokens runs on flex attention,
+# whose BlockMask skips the blocks a set mask (or the causal triangle) hides. Measured end to
+# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/results.md, issue 10): at
+# 4k tokens the two tie (16.0 vs 16.7 s) and flex's first call compiles (26 s), at 8k flex
+# is 2.4x faster (22.6 vs 55.0 s; 38.7 s with its compile): the switch sits between.
+LONG_PROMPT_TOKENS = 6144
+
+
+def use_auto_attention(model) -> None:
+    """Mark a model loaded with sdpa as ``attn="auto"`` (see :data:`LONG_PROMPT_TOKENS`)."""
+    model._setllm_auto_attention = True
+
+
+@contextmanager
+def _long_prompt_attention(model, q_len: int):
+    if q_len < LONG_PROMPT_TOKENS or not getattr(model, "_setllm_auto_attention", False) or model.config._attn_implementation != "sdpa":
+        yield
+        return
+    model.set_attn_implementation("flex_attention")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation("sdpa")
+
+
+@contextmanager
+def _static_flex_shapes(model):
+    """On CPU, compile flex attention for each prompt length on its own: torch 2.13's dynamic-
+    shape CPU kernel, which a second length would trigger, fails to compile (inductor:
+    ``cur_qSplitSize9 was not declared``). Each new length then costs a compile (seconds)."""
+    import torch
+
+    if model.device.type != "cpu" or getattr(model.config, "_attn_implementation", None) != "flex_attention":
+        yield
+        return
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64):
+        yield
 
 
 @contextmanager

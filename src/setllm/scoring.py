@@ -15,7 +15,7 @@ import torch
 
 from .batch import Batch, continuation_layout
 from .errors import InputError
-from .runtime import forward, new_cache
+from .runtime import forward, new_cache, output_cache
 from .variants import Variant
 
 
@@ -41,7 +41,7 @@ def prefill(model, variant: Variant, batch: Batch):
     """Run the prompts once. Returns the KV cache and the log-probs of the next token ``[B, V]``."""
     out = forward(model, variant, batch.input_ids, batch.position_ids, batch.layout, cache=new_cache(), logits_to_keep=1)
     # Prompts are left-padded, so the last column is every prompt's last token.
-    return out.past_key_values, out.logits[:, -1].float().log_softmax(-1)
+    return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
 @torch.no_grad()
@@ -50,6 +50,15 @@ def score_continuations(model, variant: Variant, batch: Batch, cache, next_logpr
 
     The cache is consumed (gathered in place).
     """
+    logp, hit, valid = token_logprobs(model, variant, batch, cache, next_logprobs, options)
+    return split_rows(list(zip(logp.sum(1).tolist(), valid.sum(1).tolist())), options)
+
+
+@torch.no_grad()
+def token_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, options: Sequence[Sequence[Sequence[int]]]):
+    """Each option token's log-prob, whether it was the argmax, and which tokens are real:
+    three ``[R, L]`` tensors on the CPU (log-probs 0 past an option's end). One forward runs
+    every option row on its prompt's cache, which is consumed (gathered in place)."""
     rows = torch.tensor([b for b, opts in enumerate(options) for _ in opts])
     conts = [list(c) for opts in options for c in opts]
     if any(len(c) == 0 for c in conts):
@@ -57,19 +66,23 @@ def score_continuations(model, variant: Variant, batch: Batch, cache, next_logpr
     length = max(map(len, conts))
     ids = torch.tensor([c + [0] * (length - len(c)) for c in conts])  # [R, L]
     valid = torch.tensor([[True] * len(c) + [False] * (length - len(c)) for c in conts])
-    first = next_logprobs[rows].gather(1, ids[:, :1].to(next_logprobs.device)).squeeze(1).cpu()  # [R]
-    total = first
+    first = next_logprobs[rows.to(next_logprobs.device)]  # [R, V] predicts token 0
+    logp = first.gather(1, ids[:, :1].to(first.device)).cpu()  # [R, 1]
+    hit = (first.argmax(-1).cpu() == ids[:, 0])[:, None]
     if length > 1:
         cache.batch_select_indices(rows.to(model.device))
         layout = batch.layout.index_select(rows).cat(continuation_layout(valid))
         step = torch.arange(length) if variant.positions != "nope" else torch.zeros(length, dtype=torch.long)
         positions = batch.next_positions[rows][:, None] + step
         out = forward(model, variant, ids, positions, layout, cache=cache)
-        logp = out.logits[:, :-1].float().log_softmax(-1).cpu()  # [R, L-1, V] predicts tokens 1..L-1
-        rest = logp.gather(-1, ids[:, 1:, None]).squeeze(-1) * valid[:, 1:]
-        total = total + rest.sum(1)
-    lengths = valid.sum(1)
-    flat = list(zip(total.tolist(), lengths.tolist()))
+        rest = out.logits[:, :-1].float().log_softmax(-1).cpu()  # [R, L-1, V] predicts tokens 1..L-1
+        logp = torch.cat([logp, rest.gather(-1, ids[:, 1:, None]).squeeze(-1)], 1)
+        hit = torch.cat([hit, rest.argmax(-1) == ids[:, 1:]], 1)
+    return logp * valid, hit | ~valid, valid
+
+
+def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:
+    """``flat`` (one item per option row) regrouped as ``options`` is: one list per prompt."""
     out_rows, i = [], 0
     for opts in options:
         out_rows.append(flat[i : i + len(opts)])

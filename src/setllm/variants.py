@@ -7,8 +7,28 @@ from typing import Literal
 
 from .errors import InputError
 
-# The attention implementations that take an arbitrary mask (flash_attention_2 does not).
+# The attention implementations that take an arbitrary mask. On CUDA, PyTorch runs SDPA with
+# a mask on its memory-efficient kernel (its flash kernel takes none); flex_attention compiles
+# the mask predicate into a block-sparse kernel. FlashAttention 2/3 only know causal,
+# sliding-window and padding masks: a set prompt cannot be read by them.
 ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
+
+
+def attention_problem(name: str | None) -> str | None:
+    """Why attention implementation ``name`` cannot run setllm (None: it can)."""
+    if name in ATTENTION_BACKENDS:
+        return None
+    if name and "flash" in name:
+        return (f"attention {name!r} takes no arbitrary mask (FlashAttention kernels know only causal, sliding and padding masks), "
+                "and set prompts need one; use sdpa (on CUDA: its memory-efficient kernel) or flex_attention")
+    return f"unknown attention implementation {name!r}; choose one of: {', '.join(ATTENTION_BACKENDS)}"
+
+
+def check_attention(name: str | None, flag: str = "--attn") -> None:
+    """One line naming the flag when ``name`` cannot take set masks."""
+    problem = attention_problem(name)
+    if problem:
+        raise InputError(f"{flag} {name}: {problem}")
 
 MaskKind = Literal["causal", "prefix", "setmask"]
 PositionKind = Literal["pe", "nope", "setpe"]

@@ -20,9 +20,11 @@ from setllm.loading import ModelLoadError
 
 
 def test_choose_json_contract(model_dir, capsys):
-    code, out, _ = cli(capsys, "choose", "Which city is the capital of France?", "--options", "Paris", "Rome", "Zurich", "--model", model_dir, "--json")
+    code, out, err = cli(capsys, "choose", "Which city is the capital of France?", "--options", "Paris", "Rome", "Zurich", "--model", model_dir, "--json")
     assert code == 0
     result = json.loads(out)
+    assert result["model"] == model_dir and result["adapter"] is None  # says which adapter is in use (issue 9, item 11)
+    assert f"setllm: {model_dir}, adapter none, variant setmask-setpe" in err
     assert result["answer"] in ("Paris", "Rome", "Zurich") and set(result["scores"]) == {"Paris", "Rome", "Zurich"}
     assert result["answer"] == max(result["scores"], key=result["scores"].get)
     assert result["variant"] == "setmask-setpe"
@@ -87,7 +89,7 @@ def test_bad_json_prompt_file(capsys, tmp_path):
 def test_prompt_longer_than_context(model_dir):
     lm = SetLLM(*load_model(model_dir))
     with pytest.raises(PromptError, match="longer than the model's context"):
-        lm.encode(["fox " * 300])
+        lm.encode(["fox " * 300 + "fox"])
 
 
 def test_sliding_window_that_would_cut_sets_is_refused():
@@ -159,3 +161,45 @@ def test_setllm_warnings_print_once_as_one_line(model_dir, capsys, monkeypatch):
     assert code == 0
     warning_lines = [line for line in err.splitlines() if "warning" in line.lower()]
     assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: a prompt segment ends with a space")
+
+
+def test_help_shows_only_defaults_that_say_something(capsys):
+    """HfArgumentParser's formatter printed "(default: None)" after every optional flag, even
+    after a help text that names its default in words."""
+    from setllm.cli import main
+
+    for command in ("choose", "eval", "report", "train"):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "(default: None)" not in text and "(default: False)" not in text and "(default: True)" not in text, command
+        assert "(default: )" not in text, command
+    choose = " ".join(_help("choose", capsys).split())
+    assert "else setmask-setpe (default" not in choose  # the help names its default in words
+    assert "prompts per forward pass (default: 8)" in choose
+
+
+def _help(command: str, capsys) -> str:
+    from setllm.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out
+
+
+def test_train_prints_no_weights_bars(model_dir, capsys, tmp_path):
+    """A full fine-tune wrote a "Writing model shards" bar per save, even with --no-progress."""
+    from pathlib import Path
+
+    data = Path(__file__).parents[1] / "fixtures" / "train"
+    code, out, err = cli(capsys, "train", "--data", "piqa", "--data-dir", str(data), "--model", model_dir, "--full-finetune",
+                         "--max-steps", "1", "--save-steps", "1", "--batch-size", "2", "--no-progress", "--out", str(tmp_path / "full"))
+    assert code == 0 and json.loads(out)["steps"] == 1
+    assert "Writing model shards" not in err and "Loading weights" not in err and "it/s" not in err, err
+
+
+def test_json_output_keeps_non_ascii_text(model_dir, capsys):
+    code, out, _ = cli(capsys, "choose", "Où?", "--options", "Zürich", "Genève", "--model", model_dir, "--json")
+    assert code == 0 and "Zürich" in out and "\\u00fc" not in out
+    assert set(json.loads(out)["scores"]) == {"Zürich", "Genève"}

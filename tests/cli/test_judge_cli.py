@@ -56,3 +56,19 @@ def test_a_row_longer_than_the_context_is_named(capsys, tmp_path):
     src.write_text(json.dumps({"instruction": "Q", "candidates": ["word " * 80, "short"]}) + "\n")
     code, _, err = cli(capsys, "judge", "--input", str(src), "--output", str(tmp_path / "v.jsonl"), "--model", str(small), "--adapter", "none")
     assert code == 2 and f"{src}:1: prompt is" in err and "longer than the model's context" in err
+
+
+def test_judging_defaults_to_the_shipped_judge_adapter():
+    from setllm.api import default_adapter
+    from setllm.cli.common import ModelOptions, shipped_adapter
+
+    judge = default_adapter("judge")
+    assert judge is not None and judge.endswith("smollm2-135m-judge") and judge != default_adapter("choose")
+    assert shipped_adapter(ModelOptions(), "judge") == judge
+    assert shipped_adapter(ModelOptions(variant="prefix-setpe"), "judge") == judge
+    # The base model (an order-sensitive variant), a model of the user's, or another task: "auto".
+    assert shipped_adapter(ModelOptions(variant="causal-pe"), "judge") == "auto"
+    assert shipped_adapter(ModelOptions(model="/some/model"), "judge") == "auto"
+    assert shipped_adapter(ModelOptions(), "choose") == "auto"
+    with pytest.raises(Exception, match="unknown adapter kind 'rank'"):
+        default_adapter("rank")

@@ -46,3 +46,13 @@ def test_a_setllm_is_immutable_and_views_share_weights(lm):
         lm.with_options(batch_size=0)
     with pytest.raises(PromptError, match="ends with a set"):
         lm.score([["Q:\n", Set(["a\n", "b\n"])]], [["a", "b"]])
+
+
+def test_outer_whitespace_of_options_is_stripped_with_a_warning(lm):
+    """"Paris " was scored as written: a trailing space tokenizes differently in the response."""
+    from setllm.errors import SetLLMWarning
+
+    with pytest.warns(SetLLMWarning, match="whitespace stripped from 1 option"):
+        spaced = lm.choose("Capital?", ["Paris ", "Rome"])
+    assert [s.text for s in spaced.scores] == ["Paris", "Rome"]
+    assert spaced.scores == lm.choose("Capital?", ["Paris", "Rome"]).scores

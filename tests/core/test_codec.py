@@ -91,6 +91,9 @@ def test_response_ids_come_from_the_canonical_prompt():
     b = as_prompt(["Q:\n", Set(["a:", "b\n"]), "\n"])
     assert codec.prepare(a) == codec.prepare(b)
     assert codec.response_ids(a, "fox") == codec.response_ids(b, "fox")
+    for final_set in (["Q:\n", Set(["b\n", "a:"])], ["Q:\n", Set(["a:", "b\n"])]):  # last char: whichever element is last
+        with pytest.raises(PromptError, match="ends with a set"):
+            codec.response_ids(final_set, "fox")
 
 
 def test_options_are_scored_with_eos_by_default(lms):

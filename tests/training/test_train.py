@@ -22,6 +22,7 @@ from setllm.api import SetLLM
 from setllm.batch import collate
 from setllm.cli import main
 from setllm.data import DataError
+from setllm.loading import EMBEDDED_HUB_ID
 from setllm.prompt import Set, as_prompt
 from setllm.runtime import attention_mask
 from setllm.training import TrainConfig, train
@@ -255,9 +256,16 @@ def test_full_finetune_saves_a_loadable_model(tmp_path):
 def test_stage_two_continues_the_adapter(tmp_path):
     train(config(tmp_path / "ultra", data="ultrafeedback", max_steps=2), model=tiny_model(), tokenizer=tiny_tokenizer())
     stage1 = load_file(tmp_path / "ultra" / "adapter_model.safetensors")
+    assert json.loads((tmp_path / "ultra" / "adapter_config.json").read_text())["base_model_name_or_path"] == EMBEDDED_HUB_ID
     # A tiny lr: stage 2 must start from stage 1's weights (a fresh LoRA B would be zero).
-    train(config(tmp_path / "arc", data="arc_challenge", init_adapter=str(tmp_path / "ultra"), max_steps=2, learning_rate=1e-6),
-          model=tiny_model(), tokenizer=tiny_tokenizer())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(config(tmp_path / "arc", data="arc_challenge", init_adapter=str(tmp_path / "ultra"), max_steps=2, learning_rate=1e-6),
+              model=tiny_model(), tokenizer=tiny_tokenizer())
+    # PEFT does not look the adapter's portable base up on the hub at each save ...
+    assert not [str(w.message) for w in caught if "Could not find a config file" in str(w.message)]
+    # ... and the saved adapter still names it.
+    assert json.loads((tmp_path / "arc" / "adapter_config.json").read_text())["base_model_name_or_path"] == EMBEDDED_HUB_ID
     stage2 = load_file(tmp_path / "arc" / "adapter_model.safetensors")
     assert stage1.keys() == stage2.keys()
     lora_b = [k for k in stage1 if "lora_B" in k]
@@ -341,6 +349,36 @@ def test_resume_needs_a_checkpoint_and_fresh_runs_refuse_old_ones(tmp_path):
     with pytest.raises(ValueError, match="--resume to continue"):
         train(config(tmp_path / "old"), model=tiny_model(), tokenizer=tiny_tokenizer())
 
+
+
+def test_resuming_a_finished_run_trains_nothing(model_dir, tmp_path, capsys):
+    """A complete run resumed with its own settings says so and leaves its adapter alone; one
+    killed after its last checkpoint, before the final save, only saves: never a step past
+    --max-steps (the Trainer checks it only after a step)."""
+    out = tmp_path / "run"
+    argv = ["train", "--data", "piqa", "--data-dir", str(FIXTURES), "--model", model_dir, "--max-steps", "2", "--batch-size", "2",
+            "--save-steps", "1", "--no-progress", "--out", str(out)]
+
+    def run(*extra) -> tuple[dict, str]:
+        assert main([*argv, *extra]) == 0
+        std = capsys.readouterr()
+        return json.loads(std.out.strip().splitlines()[-1]), std.err
+
+    first, _ = run()
+    adapter = (out / "adapter_model.safetensors").read_bytes()
+    again, err = run("--resume")
+    assert again == {**first, "runtime_s": 0.0} and again["steps"] == 2
+    assert f"{out} is complete (2 steps, checkpoint-2); nothing to train" in err
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert (out / "adapter_model.safetensors").read_bytes() == adapter
+    # Killed between checkpoint-2 and the final save: resuming writes checkpoint-2's adapter.
+    (out / "setllm.json").unlink()
+    (out / "adapter_model.safetensors").unlink()
+    assert run("--resume")[0]["steps"] == 2
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    saved, last = load_file(out / "adapter_model.safetensors"), load_file(out / "checkpoint-2" / "adapter_model.safetensors")
+    assert saved.keys() == last.keys() and all(torch.equal(saved[k], last[k]) for k in saved)
+    assert json.loads((out / "setllm.json").read_text())["training"]["steps"] == 2
 
 
 def test_resume_refuses_other_settings_and_overwrite_starts_clean(tmp_path):

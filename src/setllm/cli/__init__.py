@@ -25,6 +25,7 @@ COMMANDS = {
     "train": ("setllm.cli.train", "train a Set-LLM adapter (LoRA) or model on set prompts"),
     "eval": ("setllm.cli.evaluate", "evaluate a model on a multiple-choice benchmark under option orderings"),
     "report": ("setllm.cli.evaluate", "paper-style table and figures from `setllm eval` run directories"),
+    "data": ("setllm.cli.data", "generate document-set data: key-value retrieval, benchmark lookups (seeded, no download)"),
     "export": ("setllm.cli.export", "write a benchmark split as training data, or a trained adapter for shipping"),
 }
 

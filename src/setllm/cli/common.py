@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from ..errors import InputError, SetLLMError
-from ..variants import ATTENTION_BACKENDS, VARIANTS
+from ..variants import ATTENTION_BACKENDS, VARIANTS, check_attention
+
+LONG_PROMPT_TOKENS = 6144  # = setllm.runtime.LONG_PROMPT_TOKENS (not imported: `--help` stays free of torch)
 
 EXIT_USER_ERROR = 2
 
@@ -41,13 +43,32 @@ class LightParser(argparse.ArgumentParser):
         raise InputError(f"{message} (see `{self.prog} --help`)")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``(default: X)`` only where it tells the reader something: not after a help text that
+    already says its default, nor for an absent value (None, ""), nor for an on/off flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default, text = action.default, action.help or ""
+        if default in (None, "", argparse.SUPPRESS) or isinstance(default, bool) or "default" in text:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class RawHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """:class:`HelpFormatter` that keeps the description and epilog as written (examples)."""
+
+
 @functools.cache
 def parser_class() -> type:
     """transformers' dataclass parser (imported only when a command is built), with the
-    same one-line errors."""
+    same one-line errors and :class:`HelpFormatter` for every (sub)command."""
     from transformers import HfArgumentParser
 
-    return type("Parser", (HfArgumentParser,), {"error": LightParser.error})
+    def __init__(self, dataclass_types=None, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)  # HfArgumentParser's own prints "(default: None)"
+        HfArgumentParser.__init__(self, dataclass_types, **kwargs)
+
+    return type("Parser", (HfArgumentParser,), {"error": LightParser.error, "__init__": __init__})
 
 
 def add_command(sub, name: str, configs: Sequence[type], config_file: bool = False, **kwargs) -> argparse.ArgumentParser:
@@ -144,7 +165,8 @@ class ModelOptions:
     model: str | None = field(default=None, metadata={"help": "local path or hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str | None = field(default=None, metadata={"help": "local PEFT adapter dir ('none' = no adapter); default: the shipped Set-LLM adapter with the embedded model", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
-    attn: str = field(default="sdpa", metadata={"help": "attention implementation", "choices": ATTENTION_BACKENDS})
+    attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
+                                                        f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda", "metavar": "DEV"})
     chat: bool = field(default=False, metadata={"help": "wrap prompts in the model's chat template"})
     exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
@@ -157,6 +179,8 @@ class ModelOptions:
     dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
 
     def __post_init__(self) -> None:
+        if self.attn != "auto":
+            check_attention(self.attn)
         if self.batch_size < 1:
             raise InputError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.device is not None:
@@ -185,14 +209,15 @@ def validate(args: argparse.Namespace) -> None:
         config_from_args(cls, args)
 
 
-def load_setllm(args: argparse.Namespace, progress: bool = True):
-    """A :class:`setllm.SetLLM` from the model flags."""
+def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
+    """A :class:`setllm.SetLLM` from the model flags; with no ``--adapter`` the embedded model
+    gets the adapter shipped for ``kind`` of task (:func:`setllm.api.default_adapter`)."""
     import torch
 
     from ..api import SetLLM
 
     opts = config_from_args(ModelOptions, args)
-    adapter = None if opts.adapter == "none" else (opts.adapter or "auto")
+    adapter = None if opts.adapter == "none" else (opts.adapter or shipped_adapter(opts, kind))
     return SetLLM.from_pretrained(
         opts.model, adapter, opts.variant, dtype=getattr(torch, DTYPES[opts.dtype]), attn_implementation=opts.attn, device=opts.device,
         allow_pickle=opts.allow_pickle, allow_base_mismatch=opts.allow_base_mismatch,
@@ -201,7 +226,20 @@ def load_setllm(args: argparse.Namespace, progress: bool = True):
     )
 
 
-def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str) -> int:
+def shipped_adapter(opts: ModelOptions, kind: str) -> str | None:
+    """What no ``--adapter`` means: ``"auto"`` (the choose adapter with the embedded model, none
+    for an order-sensitive variant), or the shipped adapter of another kind of task when the
+    embedded model is read under an invariant variant."""
+    from ..api import default_adapter
+    from ..variants import get_variant
+
+    invariant = opts.variant is None or get_variant(opts.variant).invariant
+    if kind == "choose" or opts.model is not None or not invariant:
+        return "auto"
+    return default_adapter(kind) or "auto"
+
+
+def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose") -> int:
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked and the output checked writable before the model loads; then batched,
     resumable, in input order (:mod:`setllm.jsonl_job`). ``make_answer(lm, rows)`` returns
@@ -213,7 +251,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
     rows = jsonl_job.read_rows(args.input, parse_row)
     jsonl_job.check_output(args.output)
-    lm = load_setllm(args, progress=False)
+    lm = load_setllm(args, progress=False, kind=kind)
     n = jsonl_job.run(rows, args.output, make_answer(lm, rows), lm.batch_size, args.progress)
     print(f"{n} {verb}, {len(rows) - n} already in {args.output}", file=sys.stderr)
     return 0

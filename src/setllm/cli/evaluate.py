@@ -45,10 +45,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(EvalConfig, args)
     # Read the data first: a bad record should not wait for the model to load.
-    records, source = load_records(get_task(cfg.dataset), cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
-    lm = load_setllm(args, progress=False)
+    task = get_task(cfg.dataset)
+    records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
+    import torch
+
+    from ..rundir import World
+
+    world = World.start()  # under accelerate launch / torchrun: one rank of N, each on its own GPU
+    args.device = world.device(args.device, torch.cuda.is_available())
+    lm = load_setllm(args, progress=False, kind="judge" if task.kind == "judge" else "choose")
     summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})
-    print(_result_line(summary))
+    if world.is_main:
+        print(_result_line(summary))
     return 0
 
 
@@ -83,4 +91,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _result_line(s: dict) -> str:
     acc = ", ".join(f"{m} {v:.2f}%" for m, v in s["accuracy"].items())
     extra = f"; answer changes across orderings: {s['invariance_flips']}/{s['invariance_runs']}" if "invariance_flips" in s else ""
+    if "accuracy_by_gold_position" in s:
+        by = ", ".join(f"{k}: {v:.2f}%" for k, v in s["accuracy_by_gold_position"].items())
+        extra += f"; by gold position: {by}; gap {s['gold_position_gap']:.2f}" + (" (one run per row)" if s["one_run_per_question"] else "")
     return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']} ({s['template']}): {acc}{extra}"

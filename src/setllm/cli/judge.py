@@ -42,7 +42,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from ..api import _candidates
 
     candidates = _candidates(args.candidates)  # checked before the model loads
-    lm = load_setllm(args)
+    lm = load_setllm(args, kind="judge")
     print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin)
     best = None if v.best is None else candidates[v.best]
@@ -65,7 +65,7 @@ def _judge_file(args: argparse.Namespace) -> int:
 
         return answer
 
-    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged")
+    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged", kind="judge")
 
 
 def _judge_row(obj: object, where: str) -> dict:

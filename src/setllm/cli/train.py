@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import add_command, config_from_args
+from .common import RawHelpFormatter, add_command, config_from_args
 
 EXAMPLES = """examples:
   setllm train --data ultrafeedback --data-dir ../shared/data --limit 500 --out runs/ultra
@@ -26,7 +26,7 @@ def add_parser(sub, name: str = "train"):
                     description="Instruction-tune a variant: the prompt under the variant's mask and positions, "
                                 "loss on response tokens only. Writes a PEFT adapter + setllm.json to --out. "
                                 "Every transformers TrainingArguments flag works too.",
-                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                    epilog=EXAMPLES, formatter_class=RawHelpFormatter)
     p.set_defaults(func=cmd_train)
     return p
 
@@ -34,8 +34,14 @@ def add_parser(sub, name: str = "train"):
 def cmd_train(args: argparse.Namespace) -> int:
     from ..training import TrainConfig, train
 
+    from ..rundir import World
+
     cfg = config_from_args(TrainConfig, args)
-    result = train(cfg)
-    print(json.dumps({"out": result.out, "examples": result.examples, "steps": result.steps, "final_loss": result.final_loss,
-                      "runtime_s": round(result.runtime_s, 1), "tokens": result.tokens}))
+    from ..loading import quiet_loading
+
+    with quiet_loading(progress=False):  # no bar per weights file read or written; the Trainer's own follows --no-progress
+        result = train(cfg)
+    if World.current().is_main:  # one result line, not one per process
+        print(json.dumps({"out": result.out, "examples": result.examples, "steps": result.steps, "final_loss": result.final_loss,
+                          "runtime_s": round(result.runtime_s, 1), "tokens": result.tokens}, ensure_ascii=False))
     return 0

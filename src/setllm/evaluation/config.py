@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..tasks import JUDGE_TASKS, TASKS, TEMPLATES, get_task
+from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
 from .metrics import MODES, plan_for
 from .orderings import ORDERING_CHOICES
 
@@ -19,7 +19,8 @@ class EvalConfig:
     """One ``setllm eval`` run (the model flags are :class:`setllm.cli.common.ModelOptions`)."""
 
     dataset: str | None = field(default=None, metadata=_help(
-        "benchmark to evaluate; 'ultrafeedback-pairs' / 'judge' (with --data-file) evaluate a judge", choices=[*TASKS, *JUDGE_TASKS]))
+        "benchmark to evaluate; 'ultrafeedback-pairs' / 'judge' (with --data-file) evaluate a judge; 'documents' (with --data-file) "
+        "answers from documents read as a set", choices=[*TASKS, *JUDGE_TASKS, *DOCUMENT_TASKS]))
     split: str | None = field(default=None, metadata=_help("split; default: the paper's (ARC test, others validation)", metavar="S"))
     data_dir: str | None = field(default=None, metadata=_help("read <D>/<dataset>/<split>.jsonl instead of the HF hub", metavar="D"))
     data_file: str | None = field(default=None, metadata=_help(
@@ -33,6 +34,9 @@ class EvalConfig:
     ordering_choice: str = field(default="random", metadata=_help(
         "which orderings under --max-orderings: 'random' (seeded per question) or 'first' (lexicographic; the paper's CSQA choice)",
         choices=list(ORDERING_CHOICES)))
+    gold_positions: str | None = field(default=None, metadata=_help(
+        "--dataset documents: move the gold document to each of these positions (negative: from the end); default: every one",
+        metavar="P[,P...]"))
     verify_invariance: bool = field(default=False, metadata=_help(
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
@@ -49,7 +53,13 @@ class EvalConfig:
         if not self.out:
             raise InputError("no output directory: pass --out DIR")
         if self.dataset is None and not self.data_file:
-            raise InputError("pass --dataset (one of: " + ", ".join([*TASKS, *JUDGE_TASKS]) + ") or --data-file FILE.jsonl")
+            raise InputError("pass --dataset (one of: " + ", ".join([*TASKS, *JUDGE_TASKS, *DOCUMENT_TASKS]) + ") or --data-file FILE.jsonl")
+        if self.gold_positions is not None:
+            if self.dataset not in DOCUMENT_TASKS:
+                raise InputError("--gold-positions is for --dataset documents")
+            from ..tasks.documents import parse_positions
+
+            parse_positions(self.gold_positions)
         if self.dataset is not None:
             get_task(self.dataset)
         if isinstance(self.modes, (list, tuple)):  # from a config file

@@ -280,7 +280,28 @@ def save_plots(runs: list[Run], out_dir: str | Path, what: str = "plot folder") 
         title = f"agreement: {base.title} majority vs {inv.title}: {column(base.summary['dataset'])}"
         path = out_dir / f"agreement_{base.summary['dataset']}_{_slug(base.title)}_vs_{_slug(inv.title)}.png"
         written.append(_bar_plot(plt, agreement(base, inv, _seed(base)), "agreement rate (%)", title, path))
+    by_dataset = defaultdict(list)
+    for run in runs:
+        if "accuracy_by_gold_position" in run.summary:
+            by_dataset[run.summary["dataset"]].append(run)
+    for dataset, group in by_dataset.items():
+        written.append(_position_plot(plt, group, out_dir / f"gold_position_{dataset}.png"))
     return written
+
+
+def _position_plot(plt, runs: list[Run], path: Path) -> Path:
+    """Accuracy vs the gold document's position, one line per run (a one-run invariant
+    variant is flat by construction); the x axis keeps the asked order ("-1" last)."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    keys = list(runs[0].summary["accuracy_by_gold_position"])
+    for run in runs:
+        acc = run.summary["accuracy_by_gold_position"]
+        ax.plot(range(len(keys)), [acc.get(k) for k in keys], marker="o", label=run.title)
+    ax.set_xticks(range(len(keys)), keys)
+    ax.set(xlabel="gold document position", ylabel="exact match (%)", ylim=(-2, 102), title=f"accuracy by gold position: {column(runs[0].summary['dataset'])}")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the plot: never over a line
+    fig.tight_layout()
+    return _save(plt, fig, path)
 
 
 def _bar_plot(plt, data: dict[int, tuple[int, int]], ylabel: str, title: str, path: Path) -> Path:
@@ -293,6 +314,11 @@ def _bar_plot(plt, data: dict[int, tuple[int, int]], ylabel: str, title: str, pa
     ax.set(xlabel="majority vote count", ylabel=ylabel, ylim=(0, 105), title=textwrap.fill(title, 70))
     ax.title.set_fontsize(9)
     fig.tight_layout()
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG (an unwritable folder is one line) and free it."""
     try:
         fig.savefig(path, dpi=120)
     except OSError as e:
@@ -347,6 +373,9 @@ def _notes(runs: list[Run]) -> list[str]:
             line += f", at most {o['max']} orderings per question ({o['choice']}, seed {o['seed']})"
         if "invariance_flips" in s:
             line += f", answer changes across orderings: {s['invariance_flips']} of {s['invariance_runs']} runs"
+        if "accuracy_by_gold_position" in s:
+            line += ", exact match by gold position: " + ", ".join(f"{k}: {v:.2f}%" for k, v in s["accuracy_by_gold_position"].items())
+            line += f" (gap {s['gold_position_gap']:.2f}, mean {s['gold_position_mean']:.2f})"
         notes.append(line)
     for base, inv in pairs(runs):
         hits = agreement(base, inv, _seed(base))

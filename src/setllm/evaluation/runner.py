@@ -5,21 +5,26 @@ The ladder: ``run_eval -> evaluate_chunk -> score_batch``. Questions go in chunk
 ``batch_size``; within a chunk the due (question, ordering) pairs are scored
 ``batch_size`` prompts per forward. Only ``adversarial`` (without ``random``/``majority``)
 stops a question at its first wrong answer, so it scores orderings round by round.
+
+Several processes (``accelerate launch`` / ``torchrun``, see :func:`sharded`): the chunks
+are dealt round-robin to the ranks, each round's rows gathered, and rank 0 alone writes
+``predictions.jsonl`` (in one process's order) and ``summary.json`` (``processes``: N).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import rundir
 from ..api import pick
 from ..data import MCRecord
-from ..errors import InputError
+from ..errors import InputError, SetLLMError
 from ..runtime import weights_fingerprint
 from ..tasks import MCTask, Template, get_task, load_records
 from . import store
@@ -80,6 +85,14 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     source = (meta or {}).get("source", "given")
     if records is None:
         records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
+    if task.kind == "documents":  # generated answers by gold position: its own ladder
+        from .documents import run_documents
+
+        if rundir.World.current().size > 1:  # its ladder writes from every process: not sharded yet
+            raise InputError("--dataset documents runs in one process; start it without accelerate launch / torchrun")
+
+        meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
+        return run_documents(lm, cfg, records, source, _settings(lm, cfg, task, source, meta))
     template = task.template(cfg.template)
     # Verifying means running every tested ordering, whatever the modes would need.
     plan = "all" if cfg.verify_invariance else plan_for(cfg.mode_list)
@@ -89,34 +102,79 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
     settings = _settings(lm, cfg, task, source, meta)
     out = rundir.prepare_dir(cfg.out)
-    # Everything is checked before anything in --out changes; one writer at a time.
-    with rundir.locked(out):
-        if cfg.overwrite:
-            store.clear(out)
-        store.check_settings(out, settings)
-        return _run(lm, cfg, records, template, plan, one_run, settings, out)
+    world = rundir.World.start()
+    # Everything is checked before anything in --out changes; one writer at a time (rank 0).
+    with rundir.locked(out, world):
+        error = None
+        if world.is_main:
+            try:
+                if cfg.overwrite:
+                    store.clear(out)
+                store.check_settings(out, settings)
+            except SetLLMError as e:
+                if world.size == 1:
+                    raise
+                error = str(e)
+        world.agree(error)
+        return _run(lm, cfg, records, template, plan, one_run, settings, out, world)
 
 
-def _run(lm, cfg: EvalConfig, records, template: Template, plan: str, one_run: bool, settings: dict, out: Path) -> dict:
-    done = store.load_predictions(out)
-    todo = [r for r in records if not _covers(done.get(r.id), plan)]
+def _run(lm, cfg: EvalConfig, records, template: Template, plan: str, one_run: bool, settings: dict, out: Path,
+         world: rundir.World = rundir.World()) -> dict:
+    # predictions.jsonl is the one record of what is done, whatever the number of processes
+    # that wrote it: rank 0 reads it and tells the others what is left.
+    done = store.load_predictions(out) if world.is_main else {}
+    left = set(world.from_main([r.id for r in records if not _covers(done.get(r.id), plan)]))
+    todo = [r for r in records if r.id in left]
     rescored = any(r.id in done for r in todo)  # a rerun that needs more orderings per question
     started = time.perf_counter()
     if cfg.verify_invariance and lm.variant.invariant:
         lm = lm.with_options(exact=False)  # verifying means reading the orderings unsorted
-    with _progress(cfg, len(records), len(records) - len(todo)) as bar:
+    with _progress(cfg, len(records), len(records) - len(todo), world) as bar:
         step = _questions_per_chunk(lm.batch_size, todo, one_run, cfg, template)
-        for lo in range(0, len(todo), step):
-            rows = evaluate_chunk(lm, template, todo[lo : lo + step], plan, one_run, cfg)
-            store.append_predictions(out, rows, settings)
-            done.update((row["id"], row) for row in rows)
+        chunks = [todo[lo : lo + step] for lo in range(0, len(todo), step)]
+        for rows in sharded(world, chunks, lambda chunk: evaluate_chunk(lm, template, chunk, plan, one_run, cfg)):
+            if world.is_main:
+                store.append_predictions(out, rows, settings)
+                done.update((row["id"], row) for row in rows)
             bar.update(len(rows))
-    if rescored:
-        store.rewrite_predictions(out, done.values())  # one row per question
-    summary = summarize([done[r.id] for r in records], cfg, settings, lm)
-    summary.update(wall_time_s=round(time.perf_counter() - started, 3), resumed_questions=len(records) - len(todo))
-    store.write_json(out / store.SUMMARY_FILE, summary)
-    return summary
+    summary = None
+    if world.is_main:
+        if rescored:
+            store.rewrite_predictions(out, done.values())  # one row per question
+        summary = summarize([done[r.id] for r in records], cfg, settings, lm)
+        summary.update(wall_time_s=round(time.perf_counter() - started, 3), resumed_questions=len(records) - len(todo),
+                       processes=world.size)
+        store.write_json(out / store.SUMMARY_FILE, summary)
+    return world.from_main(summary)
+
+
+def sharded(world: rundir.World, chunks: Sequence, evaluate: Callable[[Any], list[dict]]) -> Iterator[list[dict]]:
+    """Run ``evaluate`` on the chunks, round-robin over the ranks, and yield on every rank
+    each round's rows of all ranks in chunk order (one process: each chunk's rows).
+
+    Rank r scores chunks r, r + N, r + 2N, ...: the chunks (hence the forward batches) are
+    those one process would score, so N processes give its predictions bit for bit, and rank
+    0 appends them in the order it would. Rows are gathered after every round, not at the
+    end, so a killed run keeps every finished round. A user error on one rank stops all.
+    """
+    for lo in range(0, len(chunks), world.size):
+        if world.size == 1:
+            yield evaluate(chunks[lo])
+            continue
+        mine = lo + world.rank
+        rows, error, raised = [], None, None
+        try:
+            rows = evaluate(chunks[mine]) if mine < len(chunks) else []
+        except SetLLMError as e:
+            error, raised = f"rank {world.rank}: {e}", e
+        gathered = world.all_gather((rows, error))
+        errors = [e for _, e in gathered if e]
+        if raised is not None:
+            raise raised
+        if errors:
+            raise InputError(errors[0])
+        yield [row for rank_rows, _ in gathered for row in rank_rows]
 
 
 MAX_ORDERINGS = 5040  # 7!: above this, --max-orderings must say how many to test
@@ -195,10 +253,10 @@ def _settings(lm, cfg: EvalConfig, task: MCTask, source: str, meta: dict) -> dic
 
 
 @contextmanager
-def _progress(cfg: EvalConfig, total: int, initial: int) -> Iterator:
+def _progress(cfg: EvalConfig, total: int, initial: int, world: rundir.World = rundir.World()) -> Iterator:
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, initial=initial, desc=f"eval {cfg.dataset or 'custom'}", unit="q", disable=not cfg.progress)
+    bar = tqdm(total=total, initial=initial, desc=f"eval {cfg.dataset or 'custom'}", unit="q", disable=not cfg.progress or not world.is_main)
     try:
         yield bar
     finally:

@@ -37,7 +37,7 @@ from ..encoding import EncodedPrompt
 from ..errors import InputError
 from ..generation import GenerationConfig
 from ..prompt import SetPrompt
-from ..runtime import check_length, forward, new_cache
+from ..runtime import check_length, forward, new_cache, output_cache
 from ..templates import mc_prompt
 from .errors import ApiError, BadRequest, TooLong, as_api_error
 
@@ -237,7 +237,7 @@ class Engine:
         batch = collate(list(encs), lm.variant.positions, lm.pad_id)
         out = forward(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, cache=new_cache(), logits_to_keep=MIN_ROWS)
         next_logprobs = out.logits[:, -1].float().log_softmax(-1)
-        return scoring.score_continuations(lm.model, lm.variant, batch, out.past_key_values, next_logprobs, options)
+        return scoring.score_continuations(lm.model, lm.variant, batch, output_cache(out), next_logprobs, options)
 
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:

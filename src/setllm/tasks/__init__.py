@@ -4,7 +4,7 @@ Evaluation, training, report and ``setllm export`` all read them from here.
 
 Multiple-choice benchmarks: :mod:`.arc_challenge`, :mod:`.piqa`, :mod:`.commonsense_qa`,
 :mod:`.social_iqa`; a user's own file: :mod:`.custom`. Instruction data:
-:mod:`.ultrafeedback`.
+:mod:`.ultrafeedback`. Judging: :mod:`.judge`. Documents read as a set: :mod:`.documents`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from . import (
     arc_challenge,
     commonsense_qa,
     custom,
+    documents,
     judge,
     piqa,
     social_iqa,
@@ -37,6 +38,8 @@ from .base import (
 TASKS: dict[str, MCTask] = {m.TASK.name: m.TASK for m in (piqa, arc_challenge, commonsense_qa, social_iqa)}
 # Judging candidate responses (:mod:`.judge`): the UltraFeedback test pairs, or a user's rows.
 JUDGE_TASKS: dict[str, MCTask] = {t.name: t for t in (judge.PAIRS, judge.TASK)}
+# Reading many documents as a set (:mod:`.documents`): a user's or a generated file.
+DOCUMENT_TASKS = {documents.TASK.name: documents.TASK}
 CUSTOM = custom.TASK
 
 
@@ -44,7 +47,7 @@ def get_task(name: str | None) -> MCTask:
     """A benchmark by name; None (or ``custom``) is a user's own file."""
     if name is None or name == CUSTOM.name:
         return CUSTOM
-    known = {**TASKS, **JUDGE_TASKS}
+    known = {**TASKS, **JUDGE_TASKS, **DOCUMENT_TASKS}
     try:
         return known[name]
     except KeyError:
@@ -53,9 +56,9 @@ def get_task(name: str | None) -> MCTask:
 
 def column(name: str) -> str:
     """The table column title of a dataset (its name if unknown)."""
-    known = {**TASKS, **JUDGE_TASKS}
+    known = {**TASKS, **JUDGE_TASKS, **DOCUMENT_TASKS}
     return known[name].column if name in known else name
 
 
-__all__ = ["CONTINUATION", "CUSTOM", "JUDGE_TASKS", "OPTION_SET", "TASKS", "TEMPLATES", "HubSource", "MCTask", "Ordering", "Rendered", "Template",
-           "column", "get_task", "hub_rows", "judge", "load_records", "read_records", "ultrafeedback"]
+__all__ = ["CONTINUATION", "CUSTOM", "DOCUMENT_TASKS", "JUDGE_TASKS", "OPTION_SET", "TASKS", "TEMPLATES", "HubSource", "MCTask", "Ordering", "Rendered", "Template",
+           "column", "documents", "get_task", "hub_rows", "judge", "load_records", "read_records", "ultrafeedback"]

@@ -22,7 +22,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..errors import InputError
-from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS
+from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_attention
 
 OVERLONG_POLICIES = ("truncate", "skip")
 # Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
@@ -72,7 +72,8 @@ class TrainConfig(TrainingArguments):
     # -- running --------------------------------------------------------------------------
     resume: bool = field(default=False, metadata=_help("continue from the newest checkpoint in --out"))
     overwrite: bool = field(default=False, metadata=_help("allow an --out that already holds checkpoints (without --resume)"))
-    attn: str = field(default="sdpa", metadata=_help("attention implementation", choices=ATTENTION_BACKENDS))
+    attn: str = field(default="sdpa", metadata=_help(
+        f"attention implementation: {', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", metavar="IMPL"))
     allow_untested: bool = field(default=False, metadata=_help("try a model type setllm has not verified"))
 
     # -- TrainingArguments fields whose defaults (or short names) are setllm's ------------
@@ -109,6 +110,7 @@ class TrainConfig(TrainingArguments):
             raise InputError("no output directory: pass --out DIR")
         if self.variant not in VARIANTS:
             raise InputError(f"unknown variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
+        check_attention(self.attn)
         if self.overlong not in OVERLONG_POLICIES:
             raise InputError(f"--overlong must be one of {', '.join(OVERLONG_POLICIES)}, got {self.overlong!r}")
         for name, flag in (("per_device_train_batch_size", "--batch-size"), ("gradient_accumulation_steps", "--grad-accum"),

@@ -5,8 +5,10 @@ modified template: ``Question / Choices as a set / Answer``, SIQA with its instr
 context and no numbering), the word ``ultrafeedback`` (instruction -> chosen response, see
 :mod:`setllm.tasks.ultrafeedback`), ``ultrafeedback-judge`` (the same pairs as judge examples:
 both responses as a set, the chosen one as the response, see :mod:`setllm.tasks.judge`), or a
-path to a JSONL file of ``{"prompt": <set prompt>, "response": str}`` or of judge rows
-``{"instruction", "candidates", "label"}``; ``spec:N`` takes N examples of it.
+path to a JSONL file of ``{"prompt": <set prompt>, "response": str}``, of judge rows
+``{"instruction", "candidates", "label"}`` or of documents rows ``{"documents", "question",
+"answer", "gold"?}`` (:mod:`setllm.tasks.documents`, the gold document at a seeded random
+position); ``spec:N`` takes N examples of it.
 
 Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or, with
 ``skip_bad``, are counted and reported; never dropped silently.
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from ..data import DataError, iter_jsonl, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
-from ..tasks import TASKS, get_task, hub_rows, judge, ultrafeedback
+from ..tasks import TASKS, documents, get_task, hub_rows, judge, ultrafeedback
 
 ULTRAFEEDBACK = ultrafeedback.NAME
 ULTRAFEEDBACK_JUDGE = "ultrafeedback-judge"  # the same pairs as judge examples (chosen vs rejected)
@@ -81,11 +83,20 @@ def judge_pair_example(obj: object, where: str) -> Example | None:
     return None if row is None else judge_example(row, where)
 
 
+def documents_example(obj: object, where: str) -> Example:
+    """A documents row ``{"documents", "question", "answer", "gold"?}`` as
+    :mod:`setllm.tasks.documents` asks it, the gold document moved to a seeded random position
+    (seed 0 and the row's id), the answer as the response."""
+    return Example(*documents.training_pair(obj, where), where)
+
+
 def prompt_response_example(obj: object, where: str) -> Example | None:
-    """A user record ``{"prompt": <set prompt>, "response": str}``, or a judge row
-    ``{"instruction", "candidates", "label"}``."""
+    """A user record ``{"prompt": <set prompt>, "response": str}``, a judge row
+    ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents", "question", "answer"}``."""
     if isinstance(obj, dict) and "candidates" in obj:
         return judge_example(obj, where)
+    if isinstance(obj, dict) and "documents" in obj:
+        return documents_example(obj, where)
     if not isinstance(obj, dict) or set(obj) - {"prompt", "response", "id"} or not {"prompt", "response"} <= set(obj):
         keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         raise DataError(f"{where}: expected {{\"prompt\": ..., \"response\": str}}, got {keys}")

@@ -1,8 +1,10 @@
 """``train(config)``: data -> features -> Trainer -> adapter directory with ``setllm.json``.
 
-Multi-GPU: nothing here is distributed by hand. ``accelerate launch "$(command -v setllm)" train ...``
-(DDP, FSDP or DeepSpeed per ``accelerate config``) runs the same code on every process;
-the Trainer shards the data and syncs gradients.
+Multi-process: ``accelerate launch "$(command -v setllm)" train ...`` (DDP, FSDP or DeepSpeed
+per ``accelerate config``; ``--cpu`` for gloo on CPU) runs the same code on every process;
+the Trainer shards each global batch across the ranks and syncs gradients, so N processes
+with ``--batch-size B`` train like one with ``--batch-size N*B``. Rank 0 alone locks
+``--out`` and writes in it (run.json, the log, the adapter); checkpoints are the Trainer's.
 """
 
 from __future__ import annotations
@@ -67,7 +69,12 @@ def build_model(cfg: TrainConfig, model=None, tokenizer=None):
         if cfg.init_adapter:
             _check_init_variant(cfg)
             check_adapter(cfg.init_adapter, cfg.model or DEFAULT_MODEL)
-            return PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), tokenizer
+            peft = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+            # The adapter names its portable base (a hub id): PEFT would look that up on every
+            # save (a warning offline, a hub query online). Name the model loaded here, as
+            # get_peft_model does; save() makes the final adapter portable again.
+            peft.peft_config["default"].base_model_name_or_path = model.__dict__.get("name_or_path") or None
+            return peft, tokenizer
         targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
         return get_peft_model(model, lora), tokenizer
@@ -110,6 +117,24 @@ def checkpoint_to_resume(cfg: TrainConfig) -> str | None:
     return last if cfg.resume else None
 
 
+def finished_run(cfg: TrainConfig, checkpoint: str) -> TrainResult | None:
+    """The result a finished run recorded, when ``checkpoint`` is its last step and its final
+    save completed (``setllm.json`` is written last); None when there is training, or only
+    the final save, left to do."""
+    from transformers import TrainerState
+
+    state_file, meta = Path(checkpoint) / "trainer_state.json", Path(cfg.out) / METADATA_FILE
+    if not (state_file.is_file() and meta.is_file()):
+        return None
+    state = TrainerState.load_from_json(str(state_file))
+    if state.global_step < state.max_steps:
+        return None
+    summary = json.loads(meta.read_text(encoding="utf-8")).get("training") or {}
+    if summary.get("steps") != state.global_step:
+        return None
+    return TrainResult(cfg.out, summary.get("examples", 0), state.global_step, summary.get("final_loss"), 0.0, summary.get("tokens", 0))
+
+
 def check_same_run(cfg: TrainConfig) -> None:
     """``--resume`` continues *this* run: data, optimisation and model must be what the
     checkpoints were trained with (only how the run is shown may change)."""
@@ -140,12 +165,18 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
     (tests, notebooks); it is wrapped with LoRA as a loaded one would be. ``--out`` is
     checked writable first and locked for the run."""
     out = rundir.prepare_dir(cfg.out)
-    with rundir.locked(out):
-        return _train(cfg, out, callbacks, model, tokenizer)
+    world = rundir.World.start(cpu=cfg.use_cpu)
+    with rundir.locked(out, world):
+        return _train(cfg, out, callbacks, model, tokenizer, world)
 
 
-def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer) -> TrainResult:
+def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer, world: rundir.World) -> TrainResult:
     resume_from = checkpoint_to_resume(cfg)
+    if resume_from and (done := finished_run(cfg, resume_from)):
+        if world.is_main:
+            print(f"setllm train: {cfg.out} is complete ({done.steps} steps, {Path(resume_from).name}); nothing to train "
+                  "(--overwrite starts it over)", file=sys.stderr)
+        return done
     examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
     model, tokenizer = build_model(cfg, model, tokenizer)
     check_length(model.config, cfg.max_length)
@@ -156,15 +187,18 @@ def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer) -> TrainRes
     features, length_report = featurize(codec, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
     if not features:
         raise InputError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
-    for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
-        print(f"setllm train: {line}", file=sys.stderr)
-    if cfg.overwrite and not cfg.resume:
-        clear_run(out)
-    if not cfg.resume:
-        (out / RUN_FILE).write_text(json.dumps(_run_settings(cfg), indent=2) + "\n")
+    if world.is_main:  # the only writer (every rank read --out above, before this changes it)
+        for line in [*load_report.lines(), length_report.line(cfg.max_length)]:
+            print(f"setllm train: {line}", file=sys.stderr)
+        if cfg.overwrite and not cfg.resume:
+            clear_run(out)
+        if not cfg.resume:
+            (out / RUN_FILE).write_text(json.dumps(_run_settings(cfg), indent=2) + "\n")
+    world.barrier()
     trainer = make_trainer(cfg, model, codec, features, callbacks)
     with _library_deprecations_hidden():
         output = trainer.train(resume_from_checkpoint=resume_from)
+    trainer.count_tokens()  # every rank's share, also when the last steps were not logged
     save(cfg, trainer, tokenizer, len(features), output)
     return TrainResult(cfg.out, len(features), trainer.state.global_step, _final_loss(trainer, output), output.metrics.get("train_runtime", 0.0),
                        trainer.tokens_seen)

@@ -76,7 +76,8 @@ class SetLLMTrainer(Trainer):
         # Our loss divides by the token count of the accumulated batch: tell the Trainer not
         # to divide again by the accumulation steps.
         self.model_accepts_loss_kwargs = True
-        self.tokens_seen = 0
+        # Real tokens trained on, all ranks: those of earlier runs (resume) + this run's.
+        self.tokens_seen, self._tokens_resumed, self._tokens_here = 0, 0, 0
         self._tokens_at_log, self._time_at_log = 0, time.perf_counter()
         clock = TokenClock()
         clock.trainer = self
@@ -87,16 +88,42 @@ class SetLLMTrainer(Trainer):
         target = model if inner is model else _Forwarder(model, inner)
         loss, out = set_llm_loss(target, self.variant, inputs, num_items_in_batch, self.logits_only_for_response)
         if model.training:
-            self.tokens_seen += int(inputs["valid"].sum())
+            self._tokens_here += int(inputs["valid"].sum())
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes  # DDP averages gradients; the count is global
         return (loss, out) if return_outputs else loss
 
+    def _run_epoch(self, *args, **kwargs):
+        """The Trainer's epoch, unless the run already reached its last step: the Trainer checks
+        ``max_steps`` only after an optimizer step, so resumed from the last checkpoint
+        (killed before its final save) it would train one step past ``--max-steps``."""
+        if self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        """The Trainer's sampler, except that ``group_by_length`` groups by the *global* batch
+        (all ranks): the ranks' slices of one step are then exactly the one-process batch, so
+        N processes train on the same examples per step as one process with N times the batch."""
+        if self.args.train_sampling_strategy != "group_by_length" or self.args.world_size == 1:
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size, dataset=dataset)
+
+    def count_tokens(self) -> int:
+        """Update ``tokens_seen`` from every rank's count (a collective: all ranks call it)."""
+        here = torch.tensor(self._tokens_here, device=self.args.device)
+        self.tokens_seen = self._tokens_resumed + int(self.accelerator.reduce(here, reduction="sum"))
+        return self.tokens_seen
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add tokens/s (real tokens, padding excluded, this process) since the last log."""
+        """Add tokens/s (real tokens, padding excluded, all ranks) since the last log."""
         now = time.perf_counter()
-        if "loss" in logs:
-            logs["tokens"] = self.tokens_seen
+        if "loss" in logs:  # the Trainer logs on every rank at the same step: the sum is safe
+            logs["tokens"] = self.count_tokens()
             logs["tokens_per_s"] = round((self.tokens_seen - self._tokens_at_log) / max(now - self._time_at_log, 1e-9), 1)
             self._tokens_at_log, self._time_at_log = self.tokens_seen, now
         super().log(logs, start_time)
@@ -114,7 +141,7 @@ class TokenClock(TrainerCallback):
         if trainer is None:
             return
         if state.global_step > 0:
-            trainer.tokens_seen = tokens_logged_by(Path(args.output_dir) / LOG_FILE, state.global_step)
+            trainer._tokens_resumed = trainer.tokens_seen = tokens_logged_by(Path(args.output_dir) / LOG_FILE, state.global_step)
         trainer._tokens_at_log, trainer._time_at_log = trainer.tokens_seen, time.perf_counter()
 
 
@@ -133,7 +160,8 @@ def tokens_logged_by(log: Path, step: int) -> int:
 
 
 class JsonlLogCallback(TrainerCallback):
-    """Appends every log (loss, lr, tokens/s, ...) as one JSON line to ``train_log.jsonl``."""
+    """Appends every log (loss, lr, tokens/s, ...) as one JSON line to ``train_log.jsonl``
+    (rank 0 only), with the number of processes that trained (``world_size``)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -147,7 +175,8 @@ class JsonlLogCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             with self.path.open("a") as f:
-                f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, "time": round(time.time(), 1), **logs}) + "\n")
+                row = {"step": state.global_step, "epoch": state.epoch, "time": round(time.time(), 1), "world_size": args.world_size, **logs}
+                f.write(json.dumps(row) + "\n")
 
 
 class BarCallback(ProgressCallback):

@@ -1,0 +1,62 @@
+"""``setllm data``: generate document-set data, seeded, with no download
+(:mod:`setllm.tasks.documents`).
+
+``setllm data kv-retrieval --pairs 20 --n 500 --seed 1 --out kv.jsonl``: Liu et al.'s
+key-value retrieval. ``setllm data qa-lookup --data-dir ../shared/data --source
+commonsense_qa --docs 10 --out qa.jsonl``: natural-language statements from a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .common import add_command, config_from_args
+
+
+def add_parser(sub, name: str = "data"):
+    from ..tasks.documents import KVRetrievalConfig, QALookupConfig
+
+    p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
+                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+    gens = p.add_subparsers(dest="generator", required=True, metavar="GENERATOR")
+    kv = add_command(gens, "kv-retrieval", [KVRetrievalConfig], help="k random UUID-like key-value pairs as documents; ask one key",
+                     description="Liu et al. (2023)'s synthetic key-value retrieval: each row's documents are K pairs "
+                                 '"key": "value" of random hex strings, the question names one key, the answer is its value.')
+    kv.set_defaults(func=cmd_kv)
+    qa = add_command(gens, "qa-lookup", [QALookupConfig], help="a benchmark's questions and answers as statements; ask one",
+                     description="Natural-language documents: each labelled question of a benchmark, with its answer, as a "
+                                 "statement among K-1 statements of other questions; the question is asked again.")
+    qa.set_defaults(func=cmd_qa)
+    return p
+
+
+def cmd_kv(args: argparse.Namespace) -> int:
+    from ..tasks.documents import KVRetrievalConfig, kv_retrieval
+
+    c = config_from_args(KVRetrievalConfig, args)
+    return _write(kv_retrieval(c.pairs, c.n, c.seed, c.key_length, c.value_length), c.out)
+
+
+def cmd_qa(args: argparse.Namespace) -> int:
+    from ..tasks import get_task, load_records
+    from ..tasks.documents import QALookupConfig, qa_lookup
+
+    c = config_from_args(QALookupConfig, args)
+    records, _ = load_records(get_task(c.source), c.split, c.data_dir)
+    return _write(qa_lookup(records, c.docs, c.n, c.seed), c.out)
+
+
+def _write(rows: list[dict], out: str) -> int:
+    from ..errors import InputError
+
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot write it ({e.strerror})") from None
+    print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
+    return 0

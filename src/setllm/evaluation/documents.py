@@ -1,0 +1,149 @@
+"""``setllm eval --dataset documents``: answers generated from documents read as a set, with
+the gold document moved to each asked position (the task: :mod:`setllm.tasks.documents`).
+
+The ladder: ``run_documents -> evaluate_rows -> answer_batch``. Each (row, gold position) is
+one prompt: the answer is generated greedily up to a newline and compared by normalised
+exact match, and the gold answer's log-likelihood is scored as the response. An invariant
+variant runs each row once (the data's order; in exact mode the documents are sorted
+anyway), which stands for every position; ``--verify-invariance`` runs every position, with
+the documents unsorted. Rows land in ``predictions.jsonl`` in the layout the multiple-choice
+runs use (``label`` = the normalised answer, ``predictions`` = the normalised generations,
+one per tested ordering), so the modes of :mod:`.metrics` read them unchanged: ``single`` is
+the first asked position, ``random`` the mean over positions, ``adversarial`` right at every
+position, ``majority`` the most generated answer over positions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import rundir
+from ..tasks import documents as docs
+from . import store
+from .config import EvalConfig
+from .resources import peak_memory_mb, reset_peak_memory
+from .summary import summarize
+
+EXTRA_TOKENS = 8  # generated tokens allowed beyond the longest gold answer (a stop at "\n" ends most sooner)
+
+
+def run_documents(lm, cfg: EvalConfig, records: Sequence[docs.DocRecord], source: str, settings: dict) -> dict:
+    """Evaluate ``records``; resumable like every ``setllm eval`` run (same ``--out``)."""
+    positions = docs.parse_positions(cfg.gold_positions)
+    keys = [str(p) for p in positions] if positions is not None else [str(i) for i in range(max(len(r.documents) for r in records))]
+    for r in records:  # every asked position must exist in every row, before any work
+        docs.row_positions(r, positions)
+    one_run = lm.variant.invariant and not cfg.verify_invariance
+    settings = {**settings, "gold_positions": cfg.gold_positions}
+    out = rundir.prepare_dir(cfg.out)
+    with rundir.locked(out):
+        if cfg.overwrite:
+            store.clear(out)
+        store.check_settings(out, settings)
+        return _run(lm, cfg, records, positions, keys, one_run, settings, out)
+
+
+def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool, settings: dict, out: Path) -> dict:
+    from tqdm.auto import tqdm
+
+    done = store.load_predictions(out)
+    todo = [r for r in records if r.id not in done]
+    if cfg.verify_invariance and lm.variant.invariant:
+        lm = lm.with_options(exact=False)  # verifying means reading the documents unsorted
+    started = time.perf_counter()
+    step = max(1, lm.batch_size if one_run else lm.batch_size // len(keys))
+    with tqdm(total=len(records), initial=len(records) - len(todo), desc="eval documents", unit="q", disable=not cfg.progress) as bar:
+        for lo in range(0, len(todo), step):
+            rows = evaluate_rows(lm, todo[lo : lo + step], positions, one_run, cfg)
+            store.append_predictions(out, rows, settings)
+            done.update((row["id"], row) for row in rows)
+            bar.update(len(rows))
+    rows = [done[r.id] for r in records]
+    summary = summarize(rows, cfg, settings, lm)
+    summary.update(docs.position_accuracy(rows, keys if positions is not None else _common_keys(rows)))
+    summary.update(gold_positions=cfg.gold_positions, wall_time_s=round(time.perf_counter() - started, 3),
+                   resumed_questions=len(records) - len(todo),
+                   note=("invariant variant: one run per row stands for every gold position" if one_run else
+                         "every asked gold position run; majority = the most generated answer over them"))
+    store.write_json(out / store.SUMMARY_FILE, summary)
+    return summary
+
+
+def _common_keys(rows: Sequence[dict]) -> list[str]:
+    """Without ``--gold-positions``: the positions every row has (rows may differ in k)."""
+    k = min(row["n_documents"] for row in rows)
+    return [str(i) for i in range(k)]
+
+
+def evaluate_rows(lm, records: Sequence[docs.DocRecord], positions: list[int] | None, one_run: bool, cfg: EvalConfig) -> list[dict]:
+    """One finished prediction row per record."""
+    items = []
+    for r in records:
+        due = docs.row_positions(r, positions)
+        items += [(r, "*", tuple(range(len(r.documents))))] if one_run else [(r, key, order) for key, order in due]
+    results = []
+    for lo in range(0, len(items), lm.batch_size):
+        results += answer_batch(lm, items[lo : lo + lm.batch_size])
+    by_id: dict[str, list] = {}
+    for (r, key, order), res in zip(items, results):
+        by_id.setdefault(r.id, []).append((key, order, *res))
+    return [_row(r, by_id[r.id], one_run, cfg) for r in records]
+
+
+def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -> list[tuple[str, float, float, float]]:
+    """Generate (greedy) and score the gold answer for a batch of (record, key, ordering):
+    ``(generated text, answer log-likelihood, seconds, peak MB)`` each."""
+    prompts = [docs.render(r, order) for r, _, order in items]
+    answers = [lm.response_ids(p, r.answer) for p, (r, _, _) in zip(prompts, items)]
+    device = lm.model.device
+    reset_peak_memory(device)
+    start = time.perf_counter()
+    texts, logps = generate_and_score(lm, prompts, answers, max(map(len, answers)) + EXTRA_TOKENS)
+    seconds = (time.perf_counter() - start) / len(items)
+    peak = peak_memory_mb(device)
+    return [(t.strip(), lp, seconds, peak) for t, lp in zip(texts, logps)]
+
+
+def generate_and_score(lm, prompts, answers: list[list[int]], max_new_tokens: int) -> tuple[list[str], list[float]]:
+    """Greedy answers (up to a newline) and the gold answers' log-likelihoods from ONE prefill
+    per prompt: the long document set is the expensive part, so its KV cache is copied
+    rather than computed twice. Same numbers as ``lm.generate`` + ``lm.score``."""
+    import copy
+
+    from ..batch import collate
+    from ..generation import GenerationConfig, _eos_ids, _finish, _hit_stop, decode_n_tokens
+    from ..scoring import prefill, score_continuations
+
+    batch = collate([lm.encode(p) for p in prompts], lm.variant.positions, lm.pad_id)
+    cache, logprobs = prefill(lm.model, lm.variant, batch)
+    sums = score_continuations(lm.model, lm.variant, batch, copy.deepcopy(cache), logprobs, [[a] for a in answers])
+    config, stop_ids = GenerationConfig(max_new_tokens=max_new_tokens, stop=["\n"]), _eos_ids(lm.model, lm.tokenizer)
+    tokens: list[list[int]] = [[] for _ in prompts]
+    stopped = [False] * len(prompts)
+    for token, done in decode_n_tokens(lm.model, lm.variant, cache, batch, logprobs, config, stop_ids):
+        for row, (t, d) in enumerate(zip(token.tolist(), done.tolist())):
+            if not d:
+                tokens[row].append(t)
+        stopped = [s or _hit_stop(lm.tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
+        if all(stopped):
+            break
+    return [_finish(lm.tokenizer, t, config.stop, stop_ids) for t in tokens], [s[0][0] for s in sums]
+
+
+def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> dict:
+    from .metrics import QuestionResult, majority_vote
+
+    keys, orders, texts, logps, secs, peaks = (list(x) for x in zip(*runs))
+    predictions = [docs.normalise(t) for t in texts]
+    label = docs.normalise(record.answer)
+    pick, votes = majority_vote(QuestionResult(record.id, label, tuple(orders), tuple(predictions)), cfg.seed)
+    return {
+        "id": record.id, "label": label, "answer": record.answer, "gold": record.gold, "n_documents": len(record.documents),
+        "plan": "all", "one_run": one_run, "positions": keys, "orderings": [list(o) for o in orders],
+        "generated": texts, "predictions": predictions, "correct": [p == label for p in predictions],
+        "answer_logprob": logps, "votes": votes, "majority": pick,
+        "logprobs": [logps[0]], "max_logprob_diff": max(abs(x - logps[0]) for x in logps) if len(logps) > 1 else None,
+        "time_s": [round(s, 6) for s in secs], "peak_mb": [round(p, 1) for p in peaks],
+    }

@@ -1,0 +1,62 @@
+"""``python -m setllm.lm_eval <lm_eval arguments>``: lm-eval's own command line, with the
+``setllm`` model registered and the shipped tasks on the task path.
+
+lm-eval discovers no models from other packages, so this wrapper imports the backend (which
+registers it) and then hands the arguments to lm-eval unchanged: ``run``, ``ls``,
+``validate`` and every flag work as with ``lm_eval``. The shipped task directory is added to
+every task manager, before a ``--include_path`` of the user's (whose tasks then win a name clash).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+from ..errors import SetLLMError
+
+
+def include_shipped_tasks() -> None:
+    """Make every lm-eval ``TaskManager`` in this process also index :data:`TASKS_DIR`."""
+    from lm_eval.tasks import manager
+
+    from . import TASKS_DIR
+
+    init = manager.TaskManager.__init__
+    if getattr(init, "_setllm_tasks", False):
+        return
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def with_shipped(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        given = bound.arguments.get("include_path")
+        given = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+        bound.arguments["include_path"] = [str(TASKS_DIR), *given]
+        init(*bound.args, **bound.kwargs)
+
+    with_shipped._setllm_tasks = True
+    manager.TaskManager.__init__ = with_shipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        from . import SetLLMLM  # noqa: F401  (registers --model setllm)
+
+        include_shipped_tasks()
+        from lm_eval._cli import HarnessCLI
+        from lm_eval.utils import setup_logging
+
+        setup_logging()
+        sys.argv = ["lm-eval", *argv]  # lm-eval's parser reads sys.argv (and inserts `run` if absent)
+        parser = HarnessCLI()
+        parser.execute(parser.parse_args())
+    except SetLLMError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
