@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import platform
 import statistics
 import time
@@ -28,6 +27,8 @@ from setllm.api import default_adapter
 from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 from setllm.tasks import get_task, load_records
+
+from report_io import emit  # benchmarks/, this script's folder
 
 
 def timed(fn) -> float:
@@ -153,10 +154,7 @@ def main() -> None:
     wanted = set(args.parts.split(","))
     report = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32"}
     report.update({name: run() for name, run in parts.items() if name[0] in wanted})
-    print(json.dumps(report, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

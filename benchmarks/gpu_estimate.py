@@ -17,7 +17,6 @@ examples, full evaluation splits.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -28,6 +27,8 @@ from setllm.tasks import get_task, load_records
 from setllm.training.collator import featurize
 from setllm.training.data import Example, load_examples
 from setllm.variants import VARIANTS
+
+from report_io import emit  # benchmarks/, this script's folder
 
 DATASETS = ("piqa", "arc_challenge", "commonsense_qa", "social_iqa")
 STEPS, EXAMPLES_PER_STEP = 3000, 100
@@ -135,10 +136,7 @@ def main() -> None:
     result = {"counts": counts, "assumptions": {"steps": STEPS, "examples_per_step": EXAMPLES_PER_STEP, "max_length": MAX_LENGTH,
                                                 "peak_flops": PEAK, "utilisation": UTILISATION, "tokenizer": "SmolLM2 (embedded model)"},
               "estimates": [estimate(counts, m) for m in PARAMS], "seconds": round(time.perf_counter() - started, 1)}
-    print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    emit(result, args.json)
 
 
 if __name__ == "__main__":
