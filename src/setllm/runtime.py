@@ -13,7 +13,7 @@ from functools import cache as _once
 
 from .errors import InputError
 from .masks import TokenLayout, render, variant_mask
-from .variants import ATTENTION_BACKENDS, Variant, attention_problem  # noqa: F401  (re-exported)
+from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
 
 # Architectures tested end to end (tests/test_architectures.py).
 SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
@@ -120,12 +120,6 @@ def _cache_kwarg() -> str:
     return "cache" if Version(transformers.__version__) >= Version("5.24.0.dev0") else "past_key_values"
 
 
-# ``attn="auto"``: sdpa, but a prefill of at least this many tokens runs on flex attention,
-# whose BlockMask skips the blocks a set mask (or the causal triangle) hides. Measured end to
-# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/results.md, issue 10): at
-# 4k tokens the two tie (16.0 vs 16.7 s) and flex's first call compiles (26 s), at 8k flex
-# is 2.4x faster (22.6 vs 55.0 s; 38.7 s with its compile): the switch sits between.
-LONG_PROMPT_TOKENS = 6144
 
 
 def use_auto_attention(model) -> None:

@@ -13,6 +13,13 @@ from .errors import InputError
 # sliding-window and padding masks: a set prompt cannot be read by them.
 ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 
+# ``attn="auto"``: sdpa, but a prefill of at least this many tokens runs on flex attention,
+# whose BlockMask skips the blocks a set mask (or the causal triangle) hides. Measured end to
+# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/results.md, issue 10): at
+# 4k tokens the two tie (16.0 vs 16.7 s) and flex's first call compiles (26 s), at 8k flex
+# is 2.4x faster (22.6 vs 55.0 s; 38.7 s with its compile): the switch sits between.
+LONG_PROMPT_TOKENS = 6144
+
 
 def attention_problem(name: str | None) -> str | None:
     """Why attention implementation ``name`` cannot run setllm (None: it can)."""

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from ..errors import InputError, SetLLMError
-from ..variants import ATTENTION_BACKENDS, VARIANTS, check_attention
-
-LONG_PROMPT_TOKENS = 6144  # = setllm.runtime.LONG_PROMPT_TOKENS (not imported: `--help` stays free of torch)
+from ..variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, VARIANTS, check_attention
 
 EXIT_USER_ERROR = 2
 
