@@ -232,6 +232,12 @@ class AdapterInfo:
         payload = {**dataclasses.asdict(self), **extra}
         (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
 
+    def check_template(self, asked: str) -> None:
+        """Warn when prompts are read with another template than the training data's."""
+        if self.template is not None and asked != self.template:
+            warnings.warn(f"the model was trained with template={self.template}; reading it with template={asked} as asked",
+                          SetLLMWarning, stacklevel=2)
+
     def reading(self, variant: str | None = None, chat: bool | None = None, eos: bool | None = None) -> dict:
         """How to read prompts for this model: what it was trained as, unless the caller
         asks otherwise (allowed, with a warning naming both)."""

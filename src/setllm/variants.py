@@ -59,6 +59,12 @@ class Variant:
     positions: PositionKind
     invariant: bool
 
+    @property
+    def paper_name(self) -> str:
+        """The paper's name for it, as its tables print it (``Causal Mask+PE``, ``SetMask+SetPE``)."""
+        mask = {"causal": "Causal Mask", "prefix": "Prefix Mask", "setmask": "SetMask"}[self.mask]
+        return f"{mask}+{ {'pe': 'PE', 'nope': 'NoPE', 'setpe': 'SetPE'}[self.positions]}"
+
 
 VARIANTS: dict[str, Variant] = {
     v.name: v

@@ -49,6 +49,19 @@ def test_eval_then_report(model_dir, tmp_path, capsys):
     assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
+def test_template_other_than_the_trained_one_warns(model_dir, tmp_path, capsys):
+    import shutil
+
+    from setllm.loading import AdapterInfo
+
+    trained = shutil.copytree(model_dir, tmp_path / "trained")  # a full fine-tune records what it was trained as
+    AdapterInfo(str(model_dir), "causal-pe", "modified").write(trained)
+    assert main(eval_args(trained, tmp_path / "m", "--limit", "1", "--modes", "single")) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(eval_args(trained, tmp_path / "o", "--limit", "1", "--modes", "single", "--template", "original")) == 0
+    assert "warning: the model was trained with template=modified; reading it with template=original as asked" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--template", "sideways"], "error: argument --template: invalid choice: 'sideways'"),  # a flag error: one line too
     (["--max-orderings", "0"], "error: --max-orderings must be at least 1"),

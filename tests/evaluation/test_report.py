@@ -79,6 +79,16 @@ def test_single_mode_run_is_not_shown_as_random(tmp_path):
     assert "accuracy in the dataset's option order (single): 66.67%" in table  # measured, said what it is
 
 
+def test_rows_carry_the_papers_variant_names(tmp_path):
+    from setllm.variants import VARIANTS
+
+    assert [v.paper_name for v in VARIANTS.values()] == [
+        "Causal Mask+PE", "Causal Mask+NoPE", "Prefix Mask+NoPE", "Prefix Mask+PE", "Prefix Mask+SetPE", "SetMask+SetPE"]
+    run = load_run(make_run(tmp_path / "unknown", modes="single"))
+    run.summary["variant"] = "from-a-later-version"  # a name this version does not know: shown as written
+    assert run.base_name == "from-a-later-version"
+
+
 def test_adversarial_without_random_leaves_rand_empty(tmp_path):
     run = load_run(make_run(tmp_path / "adv", modes="single,adversarial"))
     assert table_rows(markdown_table([run]))[("Causal Mask+PE", "Pretrained", "Single run")] == ["-", "33.33"]

@@ -176,6 +176,17 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert [t for t in tokens[1] if t] and [t for t in tokens[1] if t][-1] == [t for t in tokens[0] if t][-1]
 
 
+def test_resume_keeps_counting_tokens_when_nothing_was_logged_since_the_checkpoint(tmp_path):
+    sparse = dict(logging_steps=5, save_steps=2)  # a kill after step 4: the checkpoint's count is the only record
+    train(config(tmp_path / "a", **sparse), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "b", **sparse), callbacks=[StopAt(4)], model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert not [line for line in (tmp_path / "b" / "train_log.jsonl").read_text().splitlines() if '"tokens"' in line]
+    result = train(config(tmp_path / "b", resume=True, **sparse), model=tiny_model(), tokenizer=tiny_tokenizer())
+    logged = [[json.loads(line)["tokens"] for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines() if '"tokens"' in line]
+              for run in "ab"]
+    assert logged[1] == logged[0] and result.tokens == json.loads((tmp_path / "a" / "setllm.json").read_text())["training"]["tokens"]
+
+
 def test_gradient_accumulation_matches_the_big_batch(tmp_path):
     """2 x 2 accumulated = one batch of 4: the loss is divided by the response tokens of the
     whole accumulated batch, so every token weighs the same either way."""

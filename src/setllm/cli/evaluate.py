@@ -54,6 +54,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     world = World.start()  # under accelerate launch / torchrun: one rank of N, each on its own GPU
     args.device = world.device(args.device, torch.cuda.is_available())
     lm = load_setllm(args, progress=False, kind="judge" if task.kind == "judge" else "choose")
+    if task.kind == "mc":  # templates are the multiple-choice tasks
+        from ..loading import AdapterInfo
+
+        AdapterInfo.read(lm.origin.adapter or lm.origin.model).check_template(cfg.template)
     summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})
     if world.is_main:
         print(_result_line(summary))

@@ -26,14 +26,15 @@ from pathlib import Path, PurePosixPath
 
 from ..data import DataError
 from ..tasks import TASKS, column
+from ..variants import VARIANTS
 from .metrics import majority_vote
 from .store import PREDICTIONS_FILE, SUMMARY_FILE
 from .summary import to_result
 
-PAPER_NAMES = {
-    "causal-pe": "Causal Mask+PE", "causal-nope": "Causal Mask+NoPE", "prefix-nope": "Prefix Mask+NoPE",
-    "prefix-pe": "Prefix Mask+PE", "prefix-setpe": "Prefix Mask+SetPE", "setmask-setpe": "SetMask+SetPE",
-}
+
+def _paper_name(variant: str) -> str:
+    """The paper's name of a variant; a name this version does not know, as written."""
+    return VARIANTS[variant].paper_name if variant in VARIANTS else variant
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Run:
     @property
     def base_name(self) -> str:
         s = self.summary
-        return s.get("label") or PAPER_NAMES.get(s["variant"], s["variant"]) + ("*" if s["template"] == "original" else "")
+        return s.get("label") or _paper_name(s["variant"]) + ("*" if s["template"] == "original" else "")
 
     @property
     def name(self) -> str:

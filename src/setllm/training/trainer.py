@@ -132,8 +132,9 @@ class SetLLMTrainer(Trainer):
 class TokenClock(TrainerCallback):
     """Starts the tokens/s clock when training starts, not when the Trainer is built.
 
-    On ``--resume`` the token count carries on from the checkpoint's step (read back from
-    the JSONL log), so the log's ``tokens`` column stays cumulative across restarts.
+    Every checkpoint records the token count at its step, so that ``--resume`` carries it
+    on and the log's ``tokens`` column stays cumulative across restarts, also when no log
+    line fell between the last checkpoint and the kill (``--logging-steps`` > ``--save-steps``).
     """
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -141,8 +142,35 @@ class TokenClock(TrainerCallback):
         if trainer is None:
             return
         if state.global_step > 0:
-            trainer._tokens_resumed = trainer.tokens_seen = tokens_logged_by(Path(args.output_dir) / LOG_FILE, state.global_step)
+            trainer._tokens_resumed = trainer.tokens_seen = tokens_at_checkpoint(Path(args.output_dir), state.global_step)
         trainer._tokens_at_log, trainer._time_at_log = trainer.tokens_seen, time.perf_counter()
+
+    def on_save(self, args, state, control, **kwargs):
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return
+        tokens = trainer.count_tokens()  # a collective: every rank saves, rank 0 writes
+        checkpoint = _checkpoint_dir(Path(args.output_dir), state.global_step)
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / TOKENS_FILE).write_text(json.dumps({"step": state.global_step, "tokens": tokens}) + "\n")
+
+
+TOKENS_FILE = "setllm_tokens.json"
+
+
+def _checkpoint_dir(out: Path, step: int) -> Path:
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return out / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+
+
+def tokens_at_checkpoint(out: Path, step: int) -> int:
+    """Tokens trained on up to ``step``: the checkpoint's record, else (a checkpoint written
+    before checkpoints recorded it) the last log line at or before ``step``."""
+    recorded = _checkpoint_dir(out, step) / TOKENS_FILE
+    if recorded.is_file():
+        return int(json.loads(recorded.read_text())["tokens"])
+    return tokens_logged_by(out / LOG_FILE, step)
 
 
 def tokens_logged_by(log: Path, step: int) -> int:
