@@ -26,7 +26,7 @@ from .templates import mc_prompt, options_of
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
 # The adapters shipped for the embedded model, one per kind of task they were trained for.
-SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge"}
+SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge", "documents": "smollm2-135m-documents"}
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS["choose"]
 
 
@@ -88,7 +88,9 @@ class ReadOptions:
 def default_adapter(kind: str = "choose") -> str | None:
     """The Set-LLM adapter shipped for the embedded model, if this install has it:
     ``"choose"`` (choose, score, generate, eval of the benchmarks; what ``adapter="auto"``
-    loads) or ``"judge"`` (trained on judge examples; the default of ``setllm judge``)."""
+    loads), ``"judge"`` (trained on judge examples; the default of ``setllm judge``) or
+    ``"documents"`` (trained on documents read as a set, for :meth:`SetLLM.answer`; the
+    default of ``setllm eval --dataset documents``)."""
     if kind not in SHIPPED_ADAPTERS:
         raise InputError(f"unknown adapter kind {kind!r}; choose one of: {', '.join(SHIPPED_ADAPTERS)}")
     path = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS[kind]

@@ -222,6 +222,17 @@ def test_answer_api_is_order_free(sharp):
     assert lm.answer(d, ROW["question"], max_new_tokens=4) == lm.answer(d[::-1], ROW["question"], max_new_tokens=4)
 
 
+def test_documents_default_to_the_shipped_documents_adapter():
+    from setllm.api import default_adapter
+    from setllm.cli.common import ModelOptions, shipped_adapter
+
+    documents = default_adapter("documents")
+    assert documents is not None and documents.endswith("smollm2-135m-documents")
+    assert documents not in (default_adapter("choose"), default_adapter("judge"))
+    assert shipped_adapter(ModelOptions(), "documents") == documents
+    assert shipped_adapter(ModelOptions(variant="causal-pe"), "documents") == "auto"  # the base model: no adapter
+
+
 # -- CLI ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sharp_dir(tmp_path_factory, sharp):

@@ -53,7 +53,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     world = World.start()  # under accelerate launch / torchrun: one rank of N, each on its own GPU
     args.device = world.device(args.device, torch.cuda.is_available())
-    lm = load_setllm(args, progress=False, kind="judge" if task.kind == "judge" else "choose")
+    # Judging and documents have shipped adapters of their own; the benchmarks read with the choose one.
+    lm = load_setllm(args, progress=False, kind="choose" if task.kind == "mc" else task.kind)
     if task.kind == "mc":  # templates are the multiple-choice tasks
         from ..loading import AdapterInfo
 
