@@ -147,7 +147,7 @@ class SetLLM:
         if auto:
             use_auto_attention(net)
         read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
-        return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter))
+        return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter, info))
 
     # -- views --------------------------------------------------------------------------
     @property

@@ -253,14 +253,16 @@ class AdapterInfo:
 
 @dataclass(frozen=True)
 class Origin:
-    """Which model and adapter a :class:`setllm.SetLLM` was loaded from."""
+    """Which model and adapter a :class:`setllm.SetLLM` was loaded from, and what their
+    ``setllm.json`` says they were trained as (empty when nothing recorded it)."""
 
     model: str | None
     adapter: str | None = None
+    trained_as: AdapterInfo = AdapterInfo()
 
     @classmethod
-    def loaded(cls, model: str | None, adapter: str | None) -> Origin:
-        return cls(model or DEFAULT_MODEL, str(adapter) if adapter else None)
+    def loaded(cls, model: str | None, adapter: str | None, trained_as: AdapterInfo) -> Origin:
+        return cls(model or DEFAULT_MODEL, str(adapter) if adapter else None, trained_as)
 
     @classmethod
     def of(cls, model) -> Origin:

@@ -56,9 +56,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Judging and documents have shipped adapters of their own; the benchmarks read with the choose one.
     lm = load_setllm(args, progress=False, kind="choose" if task.kind == "mc" else task.kind)
     if task.kind == "mc":  # templates are the multiple-choice tasks
-        from ..loading import AdapterInfo
-
-        AdapterInfo.read(lm.origin.adapter or lm.origin.model).check_template(cfg.template)
+        lm.origin.trained_as.check_template(cfg.template)
     summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})
     if world.is_main:
         print(_result_line(summary))

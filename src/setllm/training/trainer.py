@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..runtime import forward
 from ..variants import Variant
@@ -159,8 +160,6 @@ TOKENS_FILE = "setllm_tokens.json"
 
 
 def _checkpoint_dir(out: Path, step: int) -> Path:
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
     return out / f"{PREFIX_CHECKPOINT_DIR}-{step}"
 
 
