@@ -32,6 +32,17 @@ def one_thread(request):
     torch.set_num_threads(before)
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Run a bit-equality test at 1 and at 2 threads: the thread count is part of a BLAS's
+    kernel choice, so a test that passes only on one kernel path fails here, not on the
+    next machine. Results are compared within one thread count, never across."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny llama and its tokenizer saved as a model directory (for ``--model DIR``)."""

@@ -207,10 +207,8 @@ class SetLLM:
         results: list[list[scoring.OptionScore]] = []
         for lo in self._chunks(len(prompts), "scoring"):
             chunk, opts = prompts[lo : lo + self.batch_size], options[lo : lo + self.batch_size]
-            batch = collate([self.encode(p) for p in chunk], self.variant.positions, self.pad_id)
-            ids = [[self.response_ids(p, o, eos) for o in os_] for p, os_ in zip(chunk, opts)]
-            cache, next_logprobs = scoring.prefill(self.model, self.variant, batch)
-            sums = scoring.score_continuations(self.model, self.variant, batch, cache, next_logprobs, ids)
+            requests = [scoring.ScoreRequest(self.encode(p), [self.response_ids(p, o, eos) for o in os_]) for p, os_ in zip(chunk, opts)]
+            sums = scoring.score_requests(self.model, self.variant, self.pad_id, requests)
             results += [scoring.to_option_scores(o, s) for o, s in zip(opts, sums)]
         return results
 

@@ -32,11 +32,14 @@ def collate(
     pad_id: int,
     responses: Sequence[Sequence[int]] | None = None,
     padding_side: Literal["left", "right"] = "left",
+    length: int = 0,
 ) -> Batch:
-    """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally."""
+    """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally. Rows are
+    padded to the longest row, or to ``length`` if that is longer (a fixed shape, see
+    :mod:`setllm.scoring`)."""
     responses = responses if responses is not None else [[] for _ in prompts]
     rows, next_pos = zip(*(_row(p, r, positions) for p, r in zip(prompts, responses)))
-    n = max(len(r[0]) for r in rows)
+    n = max(length, max(len(r[0]) for r in rows))
     fields = [[], [], [], [], [], []]
     for ids, pos, valid, is_prompt, sets, elems in rows:
         pad = n - len(ids)

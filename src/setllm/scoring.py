@@ -1,7 +1,21 @@
 """Score candidate responses by log-likelihood: encode -> prefill -> score_continuations.
 
-The prompt is run once; its KV cache is gathered once per option and all options of all
-prompts go through one batched forward.
+The prompt is run once; its KV cache is gathered once per option and the options go
+through batched forwards. :func:`score_requests` is the one driver every surface calls
+(the library, the server, the lm-eval backend).
+
+Why fixed shapes: a request's scores must not depend on what else is in its batch, on any
+CPU. A BLAS picks its kernel, blocking and thread split by the shape of a matrix product,
+so a row multiplied among 8 rows can get other low bits than the same row alone (measured
+here: 15 of 22 row counts differ from a subset, at 1 and 2 threads; on Intel even 4+ rows
+differ). Within one shape the rows are computed alike wherever they sit (measured here: 0
+differences when rows move). So every forward of :func:`score_requests` has a shape fixed
+by the request alone: ``PROMPT_ROWS`` prompts left-padded to a multiple of
+``PROMPT_BUCKET`` tokens, then ``OPTION_ROWS`` option rows right-padded to a multiple of
+``OPTION_BUCKET`` tokens; missing rows are copies of a real one. Only requests with the
+same two buckets share a forward. A request alone and the same request among others then
+run the very same kernels: bit-identical by construction, not by a property of one CPU.
+(The thread count is part of the kernel choice: compare within one thread count.)
 
 Shapes: B prompts, R option rows (sum of options over prompts), L option tokens, V vocab.
 """
@@ -13,9 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Batch, continuation_layout
+from .batch import Batch, collate, continuation_layout
+from .encoding import EncodedPrompt
 from .errors import InputError
-from .runtime import forward, new_cache, output_cache
+from .runtime import context_length, forward, new_cache, output_cache, sliding_window
 from .variants import Variant
 
 
@@ -34,6 +49,113 @@ class OptionScore:
     logprob: float
     mean_logprob: float
     n_tokens: int
+
+
+# The fixed shapes of every scoring forward (see the module docstring). Four prompt rows
+# make a lone request cost about four prefills of itself; the option forward is small and
+# bound by reading the weights, so sixteen rows cost about what one does.
+PROMPT_ROWS = 4
+OPTION_ROWS = 16
+PROMPT_BUCKET = 16
+OPTION_BUCKET = 4
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One prompt and the token ids of its options (each the whole response, EOS included)."""
+
+    prompt: EncodedPrompt
+    options: Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class TokenScore:
+    """One option's log-likelihood, token count and whether every token was the argmax."""
+
+    logprob: float
+    n_tokens: int
+    greedy: bool
+
+
+@torch.no_grad()
+def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[ScoreRequest]) -> list[list[TokenScore]]:
+    """Score every option of every request, each with the same bits whatever the other
+    requests are (module docstring). Requests with the same encoded prompt share a prefill,
+    and equal options of one prompt a row."""
+    prompts: dict[tuple, int] = {}  # identity -> unique prompt
+    uniq: list[EncodedPrompt] = []
+    rows: list[set[tuple[int, ...]]] = []
+    for req in requests:
+        if any(len(o) == 0 for o in req.options):
+            raise InputError("an option tokenizes to nothing; options must be non-empty text")
+        u = prompts.setdefault(identity(req.prompt), len(uniq))
+        if u == len(uniq):
+            uniq.append(req.prompt)
+            rows.append(set())
+        rows[u].update(tuple(o) for o in req.options)
+    # A prompt's rows in a canonical order (sorted ids), so any ordering of one question's
+    # options is the same computation.
+    ordered = [sorted(r) for r in rows]
+    done: dict[tuple[int, tuple[int, ...]], TokenScore] = {}
+    for members in _bucket_groups(model.config, uniq, ordered):
+        for lo in range(0, len(members), PROMPT_ROWS):
+            block = members[lo : lo + PROMPT_ROWS]
+            done.update(_score_block(model, variant, pad_id, [uniq[u] for u in block], [ordered[u] for u in block], block))
+    return [[done[(prompts[identity(r.prompt)], tuple(o))] for o in r.options] for r in requests]
+
+
+def identity(enc: EncodedPrompt) -> tuple:
+    """What makes two encoded prompts the same computation."""
+    return tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids)
+
+
+def _bucket_groups(config, prompts: Sequence[EncodedPrompt], options: Sequence[Sequence[tuple[int, ...]]]) -> list[list[int]]:
+    """Prompt indices grouped by (prompt bucket, option bucket), in order of first arrival."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for u, (enc, opts) in enumerate(zip(prompts, options)):
+        groups.setdefault(buckets(config, len(enc), max(map(len, opts))), []).append(u)
+    return list(groups.values())
+
+
+def buckets(config, prompt_len: int, option_len: int) -> tuple[int, int]:
+    """The padded prompt and option lengths of a request; the prompt bucket never pushes a
+    request past the model's context or sliding window that it fits unpadded."""
+    opt = _round_up(option_len, OPTION_BUCKET)
+    limits = [x for x in (sliding_window(config), context_length(config)) if x]
+    room = min(limits) - opt if limits else None
+    padded = _round_up(prompt_len, PROMPT_BUCKET)
+    return (padded if room is None or padded <= room else max(prompt_len, room)), opt
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def _score_block(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
+    """One prefill of ``PROMPT_ROWS`` rows, then the options in forwards of ``OPTION_ROWS``."""
+    n_prompt, n_option = buckets(model.config, max(map(len, encs)), max(len(o) for opts in options for o in opts))
+    filled = list(encs) + [encs[0]] * (PROMPT_ROWS - len(encs))  # copies: the shape is fixed
+    batch = collate(filled, variant.positions, pad_id, length=n_prompt)
+    cache, next_logprobs = prefill(model, variant, batch)
+    flat = [(b, o) for b, opts in enumerate(options) for o in opts]
+    out = {}
+    for lo in range(0, len(flat), OPTION_ROWS):
+        chunk = flat[lo : lo + OPTION_ROWS]
+        chunk = chunk + [chunk[0]] * (OPTION_ROWS - len(chunk))
+        rows = torch.tensor([b for b, _ in chunk])
+        logp, hit, valid = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
+        for (b, o), lp, h in zip(chunk, logp.sum(1).tolist(), hit.all(1).tolist()):
+            out[(keys[b], o)] = TokenScore(lp, len(o), h)
+    return out
+
+
+def select_cache(cache, rows: torch.Tensor):
+    """A new cache holding ``rows`` of ``cache`` (which stays as it was)."""
+    picked = new_cache()
+    for i, layer in enumerate(cache.layers):
+        index = rows.to(layer.keys.device)
+        picked.update(layer.keys.index_select(0, index), layer.values.index_select(0, index), i)
+    return picked
 
 
 @torch.no_grad()
@@ -63,14 +185,19 @@ def token_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, 
     conts = [list(c) for opts in options for c in opts]
     if any(len(c) == 0 for c in conts):
         raise InputError("an option tokenizes to nothing; options must be non-empty text")
-    length = max(map(len, conts))
-    ids = torch.tensor([c + [0] * (length - len(c)) for c in conts])  # [R, L]
+    cache.batch_select_indices(rows.to(model.device))
+    return _row_logprobs(model, variant, batch, cache, next_logprobs, rows, conts, max(map(len, conts)))
+
+
+def _row_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, rows: torch.Tensor, conts, length: int):
+    """:func:`token_logprobs` for option rows ``conts`` (``rows``: their prompt), padded to
+    ``length`` tokens, on a cache already holding one row per option."""
+    ids = torch.tensor([list(c) + [0] * (length - len(c)) for c in conts])  # [R, L]
     valid = torch.tensor([[True] * len(c) + [False] * (length - len(c)) for c in conts])
     first = next_logprobs[rows.to(next_logprobs.device)]  # [R, V] predicts token 0
     logp = first.gather(1, ids[:, :1].to(first.device)).cpu()  # [R, 1]
     hit = (first.argmax(-1).cpu() == ids[:, 0])[:, None]
-    if length > 1:
-        cache.batch_select_indices(rows.to(model.device))
+    if max(map(len, conts)) > 1:  # one-token options are read off the prefill alone
         layout = batch.layout.index_select(rows).cat(continuation_layout(valid))
         step = torch.arange(length) if variant.positions != "nope" else torch.zeros(length, dtype=torch.long)
         positions = batch.next_positions[rows][:, None] + step
@@ -90,5 +217,5 @@ def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:
     return out_rows
 
 
-def to_option_scores(texts: Sequence[str], sums: Sequence[tuple[float, int]]) -> list[OptionScore]:
-    return [OptionScore(t, s, s / n, n) for t, (s, n) in zip(texts, sums)]
+def to_option_scores(texts: Sequence[str], scores: Sequence[TokenScore]) -> list[OptionScore]:
+    return [OptionScore(t, s.logprob, s.logprob / s.n_tokens, s.n_tokens) for t, s in zip(texts, scores)]

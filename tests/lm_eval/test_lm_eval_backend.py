@@ -69,9 +69,10 @@ def test_requests_sharing_a_context_share_one_prefill(lm, monkeypatch):
     monkeypatch.setattr(scoring, "prefill", lambda model, variant, batch: rows.append(batch.input_ids.shape[0]) or real(model, variant, batch))
     other = CONTEXT.replace("France", "Hungary")
     loglikelihoods(lm, [(c, o) for o in OPTIONS for c in (CONTEXT, other)])
-    assert rows == [2]  # six requests, two contexts, one prefill of two rows
+    assert rows == [scoring.PROMPT_ROWS]  # six requests, two contexts: one prefill (of the fixed row count)
 
 
+@pytest.mark.usefixtures("threads")
 def test_markup_contexts_are_bit_identical_under_permutation(lm):
     elements = ["Paris\n", "Budapest\n", "Zurich\n"]
     results = set()
@@ -167,6 +168,7 @@ def test_set_task_gives_identical_results_with_options_permuted(lm, tmp_path, at
     assert out["results"]["setllm_test_set"]["acc,none"] == out["results"]["setllm_test_flipped"]["acc,none"]
 
 
+@pytest.mark.usefixtures("threads")
 def test_chat_template_wraps_set_contexts(lm, tasks, at_root):
     out = lm_eval.simple_evaluate(model=lm, tasks=["setllm_test_set"], task_manager=tasks, apply_chat_template=True, log_samples=True,
                                   bootstrap_iters=0, limit=2)

@@ -22,6 +22,7 @@ def sharp():
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.usefixtures("threads")
 def test_verdicts_are_identical_under_every_order_and_map_back(sharp, k):
     lm = SetLLM(sharp, tiny_tokenizer(), "setmask-setpe")
     cands = CANDIDATES[:k]

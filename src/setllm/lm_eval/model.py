@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .. import generation, scoring
 from ..api import SetLLM
-from ..batch import Batch, collate
+from ..batch import collate
 from ..encoding import NOT_IN_SET, EncodedPrompt
 from ..errors import InputError
 from ..markup import parse_markup
@@ -246,12 +246,10 @@ class SetLLMLM(TemplateLM):
         size = self.options.batch_size
         for lo in tqdm(range(0, len(order), size), desc="setllm loglikelihood", unit="batch", disable=disable_tqdm):
             chunk = order[lo : lo + size]
-            batch = collate([pairs[idx[0]][0] for idx in chunk], self.llm.variant.positions, self.llm.pad_id)
-            cache, next_logprobs = scoring.prefill(self.llm.model, self.llm.variant, batch)
-            scored = score_rows(self.llm.model, self.llm.variant, batch, cache, next_logprobs, [[pairs[i][1] for i in idx] for idx in chunk])
-            for idx, row in zip(chunk, scored):
-                for i, res in zip(idx, row):
-                    results[i] = res
+            requests = [scoring.ScoreRequest(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
+            for idx, row in zip(chunk, scoring.score_requests(self.llm.model, self.llm.variant, self.llm.pad_id, requests)):
+                for i, score in zip(idx, row):
+                    results[i] = (score.logprob, score.greedy)
         return results
 
     # -- generation -------------------------------------------------------------------------
@@ -309,11 +307,3 @@ def plain(ids: Sequence[int]) -> EncodedPrompt:
     """Token ids read as plain text (no sets)."""
     n = len(ids)
     return EncodedPrompt(list(ids), [NOT_IN_SET] * n, [NOT_IN_SET] * n)
-
-
-def score_rows(model, variant, batch: Batch, cache, next_logprobs, conts: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, bool]]]:
-    """:func:`setllm.scoring.score_continuations`, also saying whether each continuation is
-    the greedy one (lm-eval's second number). ``conts[b]`` continue context ``b``; the cache
-    is consumed."""
-    logp, hit, _ = scoring.token_logprobs(model, variant, batch, cache, next_logprobs, conts)
-    return scoring.split_rows(list(zip(logp.sum(1).tolist(), hit.all(1).tolist())), conts)

@@ -1,24 +1,14 @@
-"""The model side of the server: requests become token layouts, layouts run in groups
-whose results cannot depend on their neighbours, and generation runs one prompt at a time.
+"""The model side of the server: requests become token layouts, scoring requests run
+together through :func:`setllm.scoring.score_requests`, generation runs one prompt at a time.
 
 Everything here runs on the one model thread (:mod:`.worker`): torch modules are not safe
 for concurrent forwards, and a fast tokenizer is not safe for concurrent use either.
 
-Why groups, and why ``MIN_ROWS``: a batch must never change a request's scores, not even
-in the last bit. Two things would. Padding: prompts of different lengths, or options of
-different longest length, change the attention reductions (measured: up to 4e-6 in a
-log-likelihood on a 576-wide model). So only requests with the same prompt length and the same longest
-option share a forward; permutations of one question always do. Row count: BLAS picks
-its kernel by the number of rows of a matrix product, and 1 row (gemv) or 2-3 rows give
-other low bits than 4 or more (measured with MKL for every shape of SmolLM2, 1 and 2
-threads; with >= 4 rows a row's result depends on nothing but the row). So the prompt's
-next-token logits are computed for its last ``MIN_ROWS`` tokens, and a request that would
-multiply fewer rows than that on its own never joins a group. ``batching_is_exact``
-checks the whole argument on the machine at start-up.
-
-Within a group, requests with the same encoded prompt share one prefill and equal options
-one row (a row's result depends only on the row): in exact mode every ordering of a
-question is the same computation, so a batch of orderings costs about one request.
+A batch never changes a request's scores, not even in the last bit: the scoring driver
+gives every forward a shape fixed by the request alone (see :mod:`setllm.scoring`), so a
+request computes the same kernels alone as among others, on any CPU. Requests with the
+same encoded prompt (in exact mode: every ordering of one question) share one prefill,
+and equal options one row. ``batching_is_exact`` checks the construction at start-up.
 """
 
 from __future__ import annotations
@@ -37,11 +27,10 @@ from ..encoding import EncodedPrompt
 from ..errors import InputError
 from ..generation import GenerationConfig
 from ..prompt import SetPrompt
-from ..runtime import check_length, forward, new_cache, output_cache
+from ..runtime import check_length
 from ..templates import mc_prompt
 from .errors import ApiError, BadRequest, TooLong, as_api_error
 
-MIN_ROWS = 4
 log = logging.getLogger("setllm.serve")
 
 
@@ -64,9 +53,10 @@ class Scores:
     logprobs: list[float]
     n_tokens: list[int]
     prompt_tokens: int
+    greedy: list[bool] = field(default_factory=list)
 
     def option_scores(self, texts: Sequence[str]) -> list[scoring.OptionScore]:
-        return scoring.to_option_scores(texts, list(zip(self.logprobs, self.n_tokens)))
+        return [scoring.OptionScore(t, lp, lp / n, n) for t, lp, n in zip(texts, self.logprobs, self.n_tokens)]
 
 
 @dataclass(frozen=True)
@@ -177,11 +167,9 @@ class Engine:
             raise BadRequest(f"options[{empty[0]}] tokenizes to nothing; options must be non-empty text")
         longest = max(map(len, ids))
         self._check_fits(len(enc) + longest, f"prompt ({len(enc)} tokens) + longest option ({longest})")
-        unique = sorted({tuple(x) for x in ids})  # equal options share a row (see _score)
         if self.identical_only:  # the same prompt and option set: one computation, whatever the order
-            return _Prepared(index, enc, ids, ("same", _identity(enc), tuple(unique)))
-        shareable = len(enc) >= MIN_ROWS and (longest == 1 or len(unique) * longest >= MIN_ROWS)
-        return _Prepared(index, enc, ids, ("score", len(enc), longest) if shareable else self._lone_key())
+            return _Prepared(index, enc, ids, ("same", scoring.identity(enc), tuple(sorted({tuple(x) for x in ids}))))
+        return _Prepared(index, enc, ids, ("score",))
 
     def _encode(self, prompt: SetPrompt, limit: int | None) -> EncodedPrompt:
         codec = self.lm.codec
@@ -203,41 +191,12 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------------
     def _score(self, group: Sequence[_Prepared], record: bool = True) -> list[Scores]:
-        """Score a group in one forward. Requests with the same encoded prompt (in exact
-        mode: every ordering of one question) share its prefill, and equal options their
-        row: the same rows computed once give the same bits as computed twice."""
-        prompts: dict[tuple, int] = {}  # encoded prompt -> index among the unique ones
-        encs: list[EncodedPrompt] = []
-        rows: list[dict[tuple, int]] = []  # per unique prompt: option ids -> row
-        where = []  # per request, per option: (unique prompt, row)
-        for prep in group:
-            u = prompts.setdefault(_identity(prep.enc), len(encs))
-            if u == len(encs):
-                encs.append(prep.enc)
-                rows.append({})
-            for ids in prep.ids:
-                rows[u].setdefault(tuple(ids), len(rows[u]))
-        # Rows in a canonical order (sorted ids): a request computes the same tensors alone as
-        # with companions that are the same question in another ordering.
-        rows = [{ids: r for r, ids in enumerate(sorted(by_ids))} for by_ids in rows]
-        for prep in group:
-            u = prompts[_identity(prep.enc)]
-            where.append([(u, rows[u][tuple(ids)]) for ids in prep.ids])
-        sums = self._forward_scores(encs, [[list(ids) for ids in r] for r in rows])
+        """Score a group through the one scoring driver (same bits alone or together)."""
+        requests = [scoring.ScoreRequest(p.enc, p.ids) for p in group]
+        results = scoring.score_requests(self.lm.model, self.lm.variant, self.lm.pad_id, requests)
         if record:
             self.on_forward(len(group))
-        return [Scores([sums[u][r][0] for u, r in w], [sums[u][r][1] for u, r in w], len(p.enc)) for p, w in zip(group, where)]
-
-    @torch.no_grad()
-    def _forward_scores(self, encs: Sequence[EncodedPrompt], options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
-        """(sum log-prob, n tokens) of ``options[i]`` after prompt ``i``: one prefill, one
-        forward over all option rows. The next-token logits come from the last
-        ``MIN_ROWS`` prompt tokens (see the module docstring)."""
-        lm = self.lm
-        batch = collate(list(encs), lm.variant.positions, lm.pad_id)
-        out = forward(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, cache=new_cache(), logits_to_keep=MIN_ROWS)
-        next_logprobs = out.logits[:, -1].float().log_softmax(-1)
-        return scoring.score_continuations(lm.model, lm.variant, batch, output_cache(out), next_logprobs, options)
+        return [Scores([s.logprob for s in r], [s.n_tokens for s in r], len(p.enc), [s.greedy for s in r]) for p, r in zip(group, results)]
 
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
@@ -261,36 +220,31 @@ class Engine:
 
     # -- the start-up check -------------------------------------------------------------------
     def batching_is_exact(self, max_batch_size: int) -> bool:
-        """Whether probe questions of one layout score bit-identically alone and in groups
-        of 2, 3 and ``max_batch_size`` on this machine (see the module docstring for why
-        they should)."""
+        """Whether probe questions score bit-identically alone and in groups of 2, 3 and
+        ``max_batch_size`` on this machine (by construction they do: see
+        :mod:`setllm.scoring`; this guards the construction)."""
         if max_batch_size < 2:
             return True
         options = ["apple", "dog", "fox", "water"]
-        jobs = [ScoreJob(mc_prompt(f"Question {i}: which of these is a fruit?", options[i % 4:] + options[:i % 4]), tuple(options)) for i in range(10)]
+        # Questions of several lengths, on both sides of a length bucket's edge, and options in every rotation.
+        jobs = [ScoreJob(mc_prompt("Which of these is a fruit?" + " Answer with one word." * i, options[i % 4:] + options[:i % 4]), tuple(options))
+                for i in range(8)]
         by_key: dict[Any, list[_Prepared]] = {}
         try:
-            for i, job in enumerate(jobs):  # questions of one layout, different tokens
+            for i, job in enumerate(jobs):
                 prep = self._prepare(i, job, limit=False)
                 by_key.setdefault(prep.key, []).append(prep)
         except (InputError, ApiError) as e:  # a model with a tiny context, say
             log.warning("setllm serve: batching check skipped: the probe does not fit this model (%s)", e)
             return True
-        preps = max(by_key.values(), key=len)
-        if preps[0].key[0] != "score":
-            return True  # the probe cannot share a forward here, so nothing to compare
-        alone = [self._forward_scores([p.enc], [p.ids])[0] for p in preps]
+        preps = [p for group in by_key.values() for p in group]
+        alone = [self._score([p], record=False)[0] for p in preps]
         for size in sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1))):
             picked = [preps[i % len(preps)] for i in range(size)]  # equal rows too: computed apart, they must agree
-            got = self._forward_scores([p.enc for p in picked], [p.ids for p in picked])
-            if any(g != alone[i % len(preps)] for i, g in enumerate(got)):
+            got = self._score(picked, record=False)
+            if any(g.logprobs != alone[i % len(preps)].logprobs for i, g in enumerate(got)):
                 return False
         return True
-
-
-def _identity(enc: EncodedPrompt) -> tuple:
-    """What makes two encoded prompts the same computation."""
-    return tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids)
 
 
 def _groups(ready: list[_Prepared]) -> list[list[_Prepared]]:

@@ -1,0 +1,82 @@
+"""The one scoring driver, :func:`setllm.scoring.score_requests`: a request's scores do not
+depend on what else is scored with it (fixed shapes), and equal the plain unpadded ladder
+``prefill -> score_continuations`` up to float rounding."""
+
+from __future__ import annotations
+
+import pytest
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import SetLLM, mc_prompt, scoring
+from setllm.batch import collate
+
+OPTIONS = ["apple", "dog", "fox", "water"]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    # 128 wide: wide enough that a naive batch changes low bits on a typical CPU BLAS.
+    model = tiny_model("llama", hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    return SetLLM(model, tiny_tokenizer(), "setmask-setpe")
+
+
+def request(lm, words: int, options=OPTIONS) -> scoring.ScoreRequest:
+    prompt = mc_prompt("Which of these is a fruit?" + " Answer with one word." * words, options)
+    return scoring.ScoreRequest(lm.encode(prompt), [lm.response_ids(prompt, o) for o in options])
+
+
+def run(lm, requests):
+    return scoring.score_requests(lm.model, lm.variant, lm.pad_id, requests)
+
+
+@pytest.mark.usefixtures("threads")
+def test_a_request_scores_the_same_bits_whatever_its_companions(lm):
+    # Prompt lengths on both sides of a bucket edge, option sets of several lengths, 1 to 9 requests.
+    reqs = [request(lm, w) for w in range(6)] + [request(lm, 1, ["a banana split", "dog"]), request(lm, 2, OPTIONS[:2])]
+    lengths = sorted({scoring.buckets(lm.model.config, len(r.prompt), max(map(len, r.options)))[0] for r in reqs})
+    assert len(lengths) >= 2  # the requests do straddle a prompt bucket edge
+    alone = [run(lm, [r])[0] for r in reqs]
+    for size in range(2, len(reqs) + 1):
+        for start in (0, 3):
+            group = [reqs[(start + i) % len(reqs)] for i in range(size)]
+            assert run(lm, group) == [alone[(start + i) % len(reqs)] for i in range(size)], (size, start)
+
+
+def test_equals_the_unpadded_ladder_up_to_rounding(lm):
+    reqs = [request(lm, w) for w in (0, 3)]
+    got = run(lm, reqs)
+    batch = collate([r.prompt for r in reqs], lm.variant.positions, lm.pad_id)
+    cache, next_logprobs = scoring.prefill(lm.model, lm.variant, batch)
+    want = scoring.score_continuations(lm.model, lm.variant, batch, cache, next_logprobs, [r.options for r in reqs])
+    # Other shapes, other kernels: equal up to float rounding, not bit for bit.
+    assert [s.logprob for row in got for s in row] == pytest.approx([lp for row in want for lp, _ in row], abs=1e-5)
+    assert [[s.n_tokens for s in row] for row in got] == [[n for _, n in row] for row in want]
+
+
+def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm, monkeypatch):
+    calls = []
+    real = scoring.prefill
+    monkeypatch.setattr(scoring, "prefill", lambda *a: calls.append(a[2].input_ids.shape) or real(*a))
+    a, b = request(lm, 1), request(lm, 1, OPTIONS[::-1])
+    got = run(lm, [a, b, a])
+    assert len(calls) == 1 and calls[0][0] == scoring.PROMPT_ROWS  # one prefill, fixed row count
+    assert calls[0][1] % scoring.PROMPT_BUCKET == 0
+    assert got[1] == got[0][::-1] and got[2] == got[0]
+
+
+def test_greedy_flag_and_one_token_options(lm):
+    prompt = mc_prompt("Pick one.", OPTIONS)
+    enc = lm.encode(prompt)
+    first = scoring.prefill(lm.model, lm.variant, collate([enc], lm.variant.positions, lm.pad_id))[1][0]
+    top = int(first.argmax())
+    other = (top + 1) % first.shape[0]
+    got = run(lm, [scoring.ScoreRequest(enc, [[top], [other]])])[0]
+    assert [s.greedy for s in got] == [True, False] and [s.n_tokens for s in got] == [1, 1]
+    assert got[0].logprob == pytest.approx(float(first[top]), abs=1e-5)
+
+
+def test_an_empty_option_is_refused(lm):
+    from setllm.errors import InputError
+
+    with pytest.raises(InputError, match="tokenizes to nothing"):
+        run(lm, [scoring.ScoreRequest(request(lm, 0).prompt, [[]])])
