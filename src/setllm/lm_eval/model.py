@@ -93,7 +93,9 @@ class BackendOptions:
     @classmethod
     def parse(cls, args: dict) -> BackendOptions:
         """Options from lm-eval's parsed ``--model_args``; unknown keys are an error."""
-        args = dict(args)
+        # lm-eval's command line hands values over as text ("8", "none", "true") where its
+        # Python entry has parsed them already: read text the way lm-eval itself does.
+        args = {k: lm_utils.handle_arg_string(v) if isinstance(v, str) else v for k, v in args.items()}
         args.pop("max_batch_size", None)  # lm-eval always passes it; batches here are fixed
         if "pretrained" in args and "model" not in args:  # --model hf's name for it
             args["model"] = args.pop("pretrained")

@@ -1,0 +1,58 @@
+"""lm-eval's own command line, run as a user runs it: ``python -m setllm.lm_eval`` in a
+subprocess, with lm-eval's flags as text (``--batch_size 8``, ``auto:4``, ``--device cpu``,
+``--apply_chat_template``, ``--log_samples``, ``--output_path``) and every ``--model_args`` key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = "tests/fixtures/lm_eval"
+
+
+def lm_eval_cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "setllm.lm_eval", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def results_file(out: Path) -> dict:
+    files = sorted(out.rglob("results_*.json"))
+    assert files, f"no results under {out}"
+    return json.loads(files[-1].read_text())
+
+
+def test_every_model_arg_and_lm_eval_flag_as_text(model_dir, tmp_path):
+    args = f"model={model_dir},adapter=none,variant=causal-pe,exact=false,dtype=float32,eos=auto,markup=true,attn=sdpa,device=cpu"
+    run = lm_eval_cli("--model", "setllm", "--model_args", args, "--tasks", "setllm_test_plain,setllm_test_set",
+                      "--include_path", FIXTURES, "--batch_size", "8", "--device", "cpu", "--limit", "3",
+                      "--log_samples", "--output_path", str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = results_file(tmp_path)
+    assert set(results["results"]) == {"setllm_test_plain", "setllm_test_set"}
+    assert len(list(tmp_path.rglob("samples_setllm_test_plain_*.jsonl"))) == 1
+    samples = [json.loads(x) for x in next(tmp_path.rglob("samples_setllm_test_set_*.jsonl")).read_text().splitlines()]
+    assert len(samples) == 3 and "{{" in samples[0]["arguments"]["gen_args_0"]["arg_0"]
+
+
+@pytest.mark.parametrize("batch_size", ["auto", "auto:4"])
+def test_batch_size_auto_and_the_chat_template(model_dir, tmp_path, batch_size):
+    run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},variant=setmask-setpe,batch_size=2",
+                      "--tasks", "setllm_test_set", "--include_path", FIXTURES, "--batch_size", batch_size, "--limit", "2",
+                      "--apply_chat_template", "--log_samples", "--output_path", str(tmp_path))
+    assert run.returncode == 0, run.stderr[-2000:]
+    sample = json.loads(next(tmp_path.rglob("samples_setllm_test_set_*.jsonl")).read_text().splitlines()[0])
+    assert sample["arguments"]["gen_args_0"]["arg_0"].startswith("<s><|user|>")
+
+
+def test_a_bad_model_arg_is_one_line_and_exit_2(model_dir):
+    run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},batch_size=0", "--tasks", "setllm_test_plain",
+                      "--include_path", FIXTURES)
+    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == "error: --model_args batch_size must be a positive integer or auto, got 0"
