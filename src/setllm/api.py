@@ -201,7 +201,8 @@ class SetLLM:
         """
         prompts = _prompt_list(prompts)
         # Default options keep the caller's element order; the scores come back in it.
-        options = [options_of(p) for p in prompts] if options is None else [_option_list(o, f"options[{i}]") for i, o in enumerate(options)]
+        # An empty option is a response of EOS alone (a judge's empty candidate); without EOS it tokenizes to nothing (refused).
+        options = [options_of(p) for p in prompts] if options is None else [_option_list(o, f"options[{i}]", empty=True) for i, o in enumerate(options)]
         if len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
@@ -290,8 +291,9 @@ class SetLLM:
 
 
 def _candidates(candidates) -> list[str]:
-    """Judge candidates: at least two, non-empty; outer whitespace is not part of a response."""
-    out = [c.strip() for c in _option_list(candidates, "candidates")]
+    """Judge candidates: at least two texts; outer whitespace is not part of a response. An
+    empty response is a real candidate (scored as EOS alone)."""
+    out = [c.strip() for c in _option_list(candidates, "candidates", empty=True)]
     if len(out) < 2:
         raise InputError(f"a judge needs at least two candidates, got {len(out)}")
     return out
@@ -343,11 +345,12 @@ def check_choices(options, where: str = "options") -> list[str]:
     return stripped
 
 
-def _option_list(options, where: str) -> list[str]:
-    """Options as a list of strings; a bare string would be read one character per option."""
+def _option_list(options, where: str, empty: bool = False) -> list[str]:
+    """Options as a list of strings (``empty``: blank text allowed); a bare string would be
+    read one character per option."""
     if isinstance(options, str) or not isinstance(options, Sequence):
         raise InputError(f"{where} must be a list of strings, got {type(options).__name__}")
-    bad = [i for i, o in enumerate(options) if not isinstance(o, str) or not o.strip()]
+    bad = [i for i, o in enumerate(options) if not isinstance(o, str) or not (empty or o.strip())]
     if bad:
-        raise InputError(f"{where}[{bad[0]}] must be non-empty text, got {options[bad[0]]!r}")
+        raise InputError(f"{where}[{bad[0]}] must be {'text' if empty else 'non-empty text'}, got {options[bad[0]]!r}")
     return list(options)

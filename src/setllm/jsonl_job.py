@@ -1,43 +1,80 @@
-"""Many questions from a JSONL file, answers to a JSONL file: checked first, batched, in input
-order, resumable (a rerun with the same ``--output`` skips the rows already answered), and
-with nothing half-written (a line cut by a kill is dropped on resume).
+"""Many rows from a JSONL file, answers to a JSONL file: checked first, batched, in input
+order, resumable, and with nothing half-written (a line cut by a kill is dropped on resume).
 
-Used by ``setllm choose --input`` (and any command that maps rows to rows).
+Every answer row carries the ``id`` of its input row (the row's own ``id``, else its index)
+and ``row``, a hash of the input row's content. On a rerun an answer counts as done only
+where both match an input row: an output holding answers to other rows (another input file,
+an edited row) is refused rather than handed back as if it answered these, and so is an
+output that is the input file itself; ``overwrite`` starts over.
+
+Used by ``setllm choose --input`` and ``setllm judge --input`` (any command that maps rows to rows).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .data import DataError, iter_jsonl
+from .errors import SetLLMWarning
 
 Row = dict[str, Any]
 
 
-def read_rows(path: str | Path, parse: Callable[[object, str], Row]) -> list[Row]:
+def row_hash(obj: object) -> str:
+    """A short hash of an input row's content (key order does not matter)."""
+    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass
+class Rows:
+    """The rows of an input file that parsed, and what was skipped (with ``skip_bad``)."""
+
+    rows: list[Row]
+    skipped: list[str] = field(default_factory=list)  # "file:line: message", in file order
+
+
+def read_rows(path: str | Path, parse: Callable[[object, str], Row], skip_bad: bool = False) -> Rows:
     """Every row parsed (``parse(obj, "file:line") -> row`` raises :class:`DataError`), with an
-    ``id`` (default: the line's index) unique across the file."""
-    rows, seen = [], {}
-    for i, (where, obj) in enumerate(iter_jsonl(path)):
-        row = parse(obj, where)
-        row["id"] = str(obj.get("id", i)) if isinstance(obj, dict) else str(i)
-        if row["id"] in seen:
-            raise DataError(f"{where}: duplicate id {row['id']!r} (first at {seen[row['id']]})")
+    ``id`` (default: the row's index) unique across the file and the content hash ``row``.
+    A bad row stops the read, or with ``skip_bad`` is skipped and counted."""
+    rows, seen, skipped = [], {}, []
+    for i, (where, obj) in enumerate(iter_jsonl(path, errors="yield")):
+        try:
+            if isinstance(obj, DataError):
+                raise obj
+            row = parse(obj, where)
+            row["id"] = str(obj["id"]) if isinstance(obj, dict) and "id" in obj else str(i)
+            if row["id"] in seen:
+                raise DataError(f"{where}: duplicate id {row['id']!r} (first at {seen[row['id']]})")
+        except DataError as e:
+            if not skip_bad:
+                raise
+            skipped.append(str(e))
+            continue
+        row["row"] = row_hash(obj)
         seen[row["id"]] = where
         rows.append(row)
+    if skipped:
+        warnings.warn(f"--skip-bad: skipped {len(skipped)} bad row(s) of {path}; the first: {skipped[0]}", SetLLMWarning, stacklevel=2)
     if not rows:
-        raise DataError(f"{path}: no rows")
-    return rows
+        raise DataError(f"{path}: no rows" + (f" (all {len(skipped)} skipped as bad)" if skipped else ""))
+    return Rows(rows, skipped)
 
 
-def check_output(output: str | Path) -> None:
-    """Fail now, before a model loads, if ``--output`` cannot be written."""
+def check_output(output: str | Path, input: str | Path) -> None:
+    """Fail now, before a model loads, if ``output`` is the input file or cannot be written."""
     path = Path(output)
+    if path.exists() and Path(input).exists() and os.path.samefile(path, input):
+        raise DataError(f"--output {path} is the --input file; answers go to a file of their own")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.open("a").close()
@@ -45,43 +82,62 @@ def check_output(output: str | Path) -> None:
         raise DataError(f"--output {path}: cannot write it ({e.strerror})") from None
 
 
-def done_ids(output: Path) -> set[str]:
-    """Ids already answered in ``output``; a trailing partial line (a kill) is cut off."""
+def todo(rows: Sequence[Row], output: str | Path, overwrite: bool = False) -> list[Row]:
+    """The rows not yet answered in ``output`` (all of them with ``overwrite``, which empties
+    it). An answer to a row that is not among ``rows`` is refused, naming its line."""
+    output = Path(output)
+    if overwrite and output.exists():
+        output.write_bytes(b"")
+    wanted = {(r["id"], r["row"]) for r in rows}
+    done = set()
+    for lineno, key in _answered(output):
+        if key not in wanted:
+            raise DataError(f"--output {output}:{lineno} answers a row that is not in this --input (id {key[0]!r}, other content); "
+                            "use another --output, or --overwrite to start over")
+        done.add(key)
+    return [r for r in rows if (r["id"], r["row"]) not in done]
+
+
+def _answered(output: Path) -> list[tuple[int, tuple[str, str]]]:
+    """``(line, (id, row hash))`` of each answer in ``output``; a trailing partial line (a kill)
+    is cut off."""
     if not output.exists():
-        return set()
+        return []
     data = output.read_bytes()
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
         with output.open("r+b") as f:
             f.truncate(len(data))
-    ids = set()
-    for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    keys = []
+    for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         try:
-            ids.add(str(json.loads(line)["id"]))
+            obj = json.loads(line)
+            keys.append((lineno, (str(obj["id"]), str(obj["row"]))))
         except (ValueError, KeyError, TypeError):
-            raise DataError(f"{output}:{lineno}: not an answer row; use another --output") from None
-    return ids
+            raise DataError(f"--output {output}:{lineno}: not an answer row of setllm; use another --output, or --overwrite to start over") from None
+    return keys
 
 
-def run(rows: Sequence[Row], output: str | Path, answer: Callable[[list[Row]], list[Row]], batch_size: int, progress: bool = True) -> int:
-    """Answer the rows not yet in ``output``, ``batch_size`` at a time, appending each batch
-    as it finishes; returns how many were answered now."""
+def run(rows: Sequence[Row], output: str | Path, answer: Callable[[list[Row]], list[Row]], batch_size: int, progress: bool = True,
+        total: int | None = None) -> int:
+    """Answer ``rows`` (those :func:`todo` left), ``batch_size`` at a time, appending each batch
+    as it finishes; each answer gets its row's ``id`` and ``row``. Returns how many were
+    answered. ``total``: all rows of the input, for the progress bar."""
     from tqdm.auto import tqdm
 
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    total = len(rows) if total is None else total
     with output.open("a", encoding="utf-8") as out:
         try:
             fcntl.flock(out, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise DataError(f"--output {output}: another setllm process is writing it") from None
-        done = done_ids(output)
-        todo = [r for r in rows if r["id"] not in done]
-        with tqdm(total=len(rows), initial=len(rows) - len(todo), unit="row", disable=not progress) as bar:
-            for lo in range(0, len(todo), batch_size):
-                for result in answer(todo[lo : lo + batch_size]):
-                    out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        with tqdm(total=total, initial=total - len(rows), unit="row", disable=not progress) as bar:
+            for lo in range(0, len(rows), batch_size):
+                batch = list(rows[lo : lo + batch_size])
+                for row, result in zip(batch, answer(batch)):
+                    out.write(json.dumps({"id": row["id"], **result, "row": row["row"]}, ensure_ascii=False) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
-                bar.update(min(batch_size, len(todo) - lo))
-    return len(todo)
+                bar.update(len(batch))
+    return len(rows)

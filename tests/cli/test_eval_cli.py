@@ -86,6 +86,18 @@ def test_bad_record_names_file_and_line(model_dir, tmp_path, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 2
 
 
+def test_skip_bad_skips_and_counts_bad_records(model_dir, tmp_path, capsys):
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"id": "a", "question": "Q?", "choices": ["x", "y"], "label": 0}\n{"question": "Q?", "choices": ["a", "b"], "label": 5}\n'
+                    'not json\n{"id": "d", "question": "R?", "choices": ["u", "v"], "label": 1}\n')
+    code = main(["eval", "--data-file", str(data), "--model", str(model_dir), "--adapter", "none", "--out", str(tmp_path / "o"),
+                 "--modes", "single", "--no-progress", "--skip-bad"])
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert code == 0 and len(warning) == 1 and "skipped 2 bad record(s)" in warning[0] and f"{data}:2: 'label'" in warning[0]
+    assert [json.loads(x)["id"] for x in (tmp_path / "o" / "predictions.jsonl").read_text().splitlines()] == ["a", "d"]
+
+
 
 def test_config_file_takes_every_option_name_including_model_ones(model_dir, tmp_path, capsys):
     cfg = tmp_path / "eval.yaml"

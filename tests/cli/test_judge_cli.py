@@ -8,14 +8,30 @@ from tiny import run_cli, tiny_model, tiny_tokenizer
 cli = run_cli
 
 
-def test_one_question_json_names_the_best_text_in_any_order(model_dir, capsys):
-    verdicts = []
-    for cands in (["Paris is the capital.", "Rome, surely."], ["Rome, surely.", "Paris is the capital."]):
-        code, out, _ = cli(capsys, "judge", "Capital of France?", "--candidates", *cands, "--model", model_dir, "--adapter", "none", "--json")
+def test_one_question_json_gives_indices_and_the_same_best_in_any_order(model_dir, capsys):
+    verdicts, cands = [], ["Paris is the capital.", "Rome, surely."]
+    for order in (cands, cands[::-1]):
+        code, out, _ = cli(capsys, "judge", "Capital of France?", "--candidates", *order, "--model", model_dir, "--adapter", "none", "--json")
         assert code == 0
-        verdicts.append(json.loads(out))
-    assert verdicts[0]["best"] == verdicts[1]["best"] and verdicts[0]["scores"] == verdicts[1]["scores"][::-1]
-    assert set(verdicts[0]) == {"best", "ranking", "scores"}
+        verdicts.append((order, json.loads(out)))
+    (a_order, a), (b_order, b) = verdicts
+    assert isinstance(a["best"], int) and a_order[a["best"]] == b_order[b["best"]] and a["scores"] == b["scores"][::-1]
+    assert set(a) == {"best", "ranking", "scores"} and a["ranking"][0] == a["best"]
+
+
+def test_an_empty_response_is_judged_and_bad_rows_can_be_skipped(model_dir, capsys, tmp_path):
+    src, out = tmp_path / "rows.jsonl", tmp_path / "v.jsonl"
+    rows = ['{"id": "e", "instruction": "Say hi", "candidates": ["", "Hello!"]}', '{"instruction": "Q", "candidates": ["only"]}',
+            "not json", '{"id": "f", "instruction": "Q", "candidates": ["a", 3]}', '{"id": "g", "instruction": "Q", "candidates": ["a", "b"]}']
+    src.write_text("\n".join(rows) + "\n")
+    args = ["judge", "--input", str(src), "--output", str(out), "--model", model_dir, "--adapter", "none", "--no-progress"]
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and f"error: {src}:2: " in err  # without --skip-bad: the first bad row stops it
+    code, _, err = cli(capsys, *args, "--skip-bad")
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert code == 0 and len(warning) == 1 and "skipped 3 bad row(s)" in warning[0] and f"{src}:2:" in warning[0]
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in got] == ["e", "g"] and len(got[0]["scores"]) == 2 and "2 judged, 0 already in" in err
 
 
 def test_a_file_is_judged_in_order_and_resumed(model_dir, capsys, tmp_path):
@@ -36,7 +52,7 @@ def test_a_file_is_judged_in_order_and_resumed(model_dir, capsys, tmp_path):
 
 @pytest.mark.parametrize("line, message", [
     ('{"instruction": "Q", "candidates": ["only"]}', "'candidates' must be a list of at least two responses"),
-    ('{"instruction": "Q", "candidates": ["a", ""]}', "candidate 1 is empty or not text"),
+    ('{"instruction": "Q", "candidates": ["a", 3]}', "candidate 1 is not text"),
     ('{"candidates": ["a", "b"]}', "missing field 'instruction'"),
     ('{"instruction": "Q", "candidates": ["a", "b"]', "malformed JSON"),
 ])

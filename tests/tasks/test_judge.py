@@ -62,8 +62,9 @@ def test_ties_within_a_margin(sharp):
 def test_bad_rows_name_their_line():
     with pytest.raises(DataError, match="x:1: 'candidates' must be a list of at least two"):
         parse_row({"instruction": "Q", "candidates": ["only one"], "label": 0}, "x:1")
-    with pytest.raises(DataError, match="x:2: candidate 1 is empty"):
-        parse_row({"instruction": "Q", "candidates": ["a", " "], "label": 0}, "x:2")
+    with pytest.raises(DataError, match="x:2: candidate 1 is not text"):
+        parse_row({"instruction": "Q", "candidates": ["a", None], "label": 0}, "x:2")
+    assert parse_row({"instruction": "Q", "candidates": ["a", " "], "label": 0}, "x:2").choices == ("a", " ")  # an empty answer is judged
     with pytest.raises(DataError, match="x:3: missing field 'instruction'"):
         parse_row({"candidates": ["a", "b"], "label": 0}, "x:3")
     with pytest.raises(DataError, match="'label' must be -1 \\(tie\\) or an index"):

@@ -237,19 +237,38 @@ def shipped_adapter(opts: ModelOptions, kind: str) -> str | None:
     return default_adapter(kind) or "auto"
 
 
+def add_file_job_flags(p: argparse.ArgumentParser, input_help: str, output_help: str) -> None:
+    """``--input``/``--output`` and what goes with them, the same for every row-to-row command."""
+    p.add_argument("--input", metavar="FILE", help=input_help)
+    p.add_argument("--output", metavar="FILE", help=output_help + "; a rerun skips the rows already answered")
+    p.add_argument("--skip-bad", action="store_true", help="skip malformed --input rows (counted, the first named) instead of stopping")
+    p.add_argument("--overwrite", action="store_true", help="start --output over instead of resuming it")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
+
+
+def describe(lm) -> str:
+    """Which model, adapter and variant answer (said on stderr by every answering command)."""
+    return f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
+
+
 def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose") -> int:
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
-    row checked and the output checked writable before the model loads; then batched,
-    resumable, in input order (:mod:`setllm.jsonl_job`). ``make_answer(lm, rows)`` returns
-    the batch function (and may check the rows against the loaded model first)."""
+    row checked, the output checked against the input and writable before the model loads
+    (and no model loads when nothing is left); then batched, resumable, in input order
+    (:mod:`setllm.jsonl_job`). ``make_answer(lm, rows)`` returns the batch function (and may
+    check the rows against the loaded model first)."""
     from .. import jsonl_job
 
     if not (args.input and args.output) or any(getattr(args, name) for name in single):
         flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
-    rows = jsonl_job.read_rows(args.input, parse_row)
-    jsonl_job.check_output(args.output)
-    lm = load_setllm(args, progress=False, kind=kind)
-    n = jsonl_job.run(rows, args.output, make_answer(lm, rows), lm.batch_size, args.progress)
-    print(f"{n} {verb}, {len(rows) - n} already in {args.output}", file=sys.stderr)
+    read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad)
+    jsonl_job.check_output(args.output, args.input)
+    left = jsonl_job.todo(read.rows, args.output, args.overwrite)
+    if left:
+        lm = load_setllm(args, progress=False, kind=kind)
+        print(describe(lm), file=sys.stderr)
+        jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows))
+    skipped = f", {len(read.skipped)} skipped as bad" if read.skipped else ""
+    print(f"{len(left)} {verb}, {len(read.rows) - len(left)} already in {args.output}{skipped}", file=sys.stderr)
     return 0

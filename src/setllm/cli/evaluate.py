@@ -46,7 +46,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = config_from_args(EvalConfig, args)
     # Read the data first: a bad record should not wait for the model to load.
     task = get_task(cfg.dataset)
-    records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
+    records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed, cfg.skip_bad)
     import torch
 
     from ..rundir import World

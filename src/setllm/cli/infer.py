@@ -13,6 +13,8 @@ from ..errors import InputError
 from .common import (
     ModelOptions,
     add_command,
+    add_file_job_flags,
+    describe,
     config_from_args,
     load_setllm,
     run_file_job,
@@ -32,9 +34,8 @@ def _choose_parser(sub):
                                 "or answer many: --input rows.jsonl --output answers.jsonl.")
     p.add_argument("question", nargs="?", help="the question text")
     p.add_argument("--options", nargs="+", metavar="OPT", help="the candidate answers (at least two)")
-    p.add_argument("--input", metavar="FILE", help='JSONL of {"id"?, "question", "options": [...], "context"?}; answers go to --output')
-    p.add_argument("--output", metavar="FILE", help='JSONL of {"id", "answer", "index", "scores"} in input order; a rerun skips answered rows')
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
+    add_file_job_flags(p, 'JSONL of {"id"?, "question", "options": [...], "context"?}; answers go to --output',
+                       'JSONL of {"id", "answer", "index", "scores", "row"} in input order')
     p.add_argument("--context", help="optional context shown before the question")
     p.add_argument("--normalize", action="store_true", help="pick by mean per-token log-likelihood instead of the sum")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -73,7 +74,7 @@ def cmd_choose(args: argparse.Namespace) -> int:
         raise InputError("pass QUESTION and --options, or --input FILE.jsonl --output FILE.jsonl")
     options = check_choices(args.options, "--options")  # say so before spending seconds loading the model
     lm = load_setllm(args)
-    print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+    print(describe(lm), file=sys.stderr)
     choice = lm.choose(args.question, options, context=args.context, normalize=args.normalize)
     if args.json:
         print(json.dumps({

@@ -14,7 +14,7 @@ import json
 import sys
 
 from ..errors import InputError
-from .common import ModelOptions, add_command, load_setllm, run_file_job
+from .common import ModelOptions, add_command, add_file_job_flags, describe, load_setllm, run_file_job
 
 
 def add_parser(sub, name: str = "judge"):
@@ -25,9 +25,7 @@ def add_parser(sub, name: str = "judge"):
     p.add_argument("--task-input", metavar="TEXT", help="the instruction's input, if any (shown under it)")
     p.add_argument("--tie-margin", type=float, default=0.0, metavar="X", help="best two scores within X nats are a tie (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--input", metavar="FILE", help="JSONL of rows to judge (see above); verdicts go to --output")
-    p.add_argument("--output", metavar="FILE", help="JSONL of verdicts, in input order; resumable")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
+    add_file_job_flags(p, "JSONL of rows to judge (see above); verdicts go to --output", "JSONL of verdicts, in input order")
     p.set_defaults(func=cmd_judge)
     return p
 
@@ -43,15 +41,14 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
     candidates = _candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")
-    print(f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+    print(describe(lm), file=sys.stderr)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin)
-    best = None if v.best is None else candidates[v.best]
-    if args.json:
-        print(json.dumps({"best": best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
+    if args.json:  # indices into the candidates, as --input, the server and Python give them
+        print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
     else:
         for i in v.ranking:
             print(f"{'*' if i == v.best else ' '} {v.scores[i]:10.4f}  {candidates[i]}")
-        print(f"best: {best if best is not None else '(tie)'}")
+        print(f"best: {candidates[v.best] if v.best is not None else '(tie)'}")
     return 0
 
 

@@ -40,6 +40,7 @@ class EvalConfig:
     verify_invariance: bool = field(default=False, metadata=_help(
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
+    skip_bad: bool = field(default=False, metadata=_help("skip malformed records (counted, the first named) instead of stopping"))
     limit: int | None = field(default=None, metadata=_help("evaluate at most N questions", metavar="N"))
     subset_seed: int | None = field(default=None, metadata=_help("with --limit: a seeded random subset instead of the first N", metavar="S"))
     seed: int = field(default=0, metadata=_help("seed for sampled orderings and majority-vote tie-breaks", metavar="S"))

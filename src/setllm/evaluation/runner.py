@@ -84,7 +84,7 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     task = get_task(cfg.dataset)
     source = (meta or {}).get("source", "given")
     if records is None:
-        records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed)
+        records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed, cfg.skip_bad)
     if task.kind == "documents":  # generated answers by gold position: its own ladder
         from .documents import run_documents
 

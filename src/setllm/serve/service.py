@@ -81,10 +81,7 @@ class Service:
         """The ranking (best first) and scores of candidate responses (:mod:`setllm.tasks.judge`);
         equal scores rank by candidate text, so the ranking cannot depend on their order."""
         self._check_count(candidates)
-        blank = [i for i, c in enumerate(candidates) if not c.strip()]
-        if blank:
-            raise BadRequest(f"candidates[{blank[0]}] must be non-empty text")
-        cands = [c.strip() for c in candidates]
+        cands = [c.strip() for c in candidates]  # an empty response is a real candidate
         scores = await self.score(judge_prompt(instruction, cands, input), cands)
         return sorted(range(len(cands)), key=lambda i: (-scores.logprobs[i], cands[i])), scores
 

@@ -15,11 +15,14 @@ option ``ordering[p]`` of the record.
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data import DataError, MCRecord, iter_jsonl, parse_record, subset
+from ..errors import SetLLMWarning
 from ..prompt import SetPrompt
 from ..templates import mc_prompt, original_prompt
 
@@ -154,34 +157,56 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
 
 
 def read_records(task: MCTask, split: str | None = None, data_dir: str | None = None,
-                 data_file: str | None = None) -> tuple[list[tuple[str, MCRecord]], str]:
+                 data_file: str | None = None) -> tuple[list[tuple[str, MCRecord | DataError]], str]:
     """``(where, record)`` pairs of a split and where they came from: ``data_file`` (a user's
-    JSONL), else ``data_dir/<name>/<split>.jsonl``, else the hub."""
+    JSONL), else ``data_dir/<name>/<split>.jsonl``, else the hub. A malformed row is its
+    :class:`DataError` in place of a record (the caller raises or skips it)."""
     split = split or task.eval_split
     if data_file or data_dir:
         path = Path(data_file) if data_file else local_path(task, split, data_dir)
-        pairs, source = iter_jsonl(path), str(path.resolve())
+        pairs, source = iter_jsonl(path, errors="yield"), str(path.resolve())
     else:
         pairs, source = ((f"{task.name}[{i}]", obj) for i, obj in enumerate(hub_rows(task, split))), f"hub:{task.name}/{split}"
-    parsed = ((where, task.parse(obj, where)) for where, obj in pairs)
+    parsed = ((where, _parsed(task, obj, where)) for where, obj in pairs)
     return [(where, r) for where, r in parsed if r is not None], source
 
 
+def _parsed(task: MCTask, obj: object, where: str) -> MCRecord | DataError | None:
+    if isinstance(obj, DataError):
+        return obj
+    try:
+        record = task.parse(obj, where)
+        if record is not None:
+            task.check(record, where)
+        return record
+    except DataError as e:
+        return e
+
+
 def load_records(task: MCTask, split: str | None = None, data_dir: str | None = None, data_file: str | None = None,
-                 limit: int | None = None, subset_seed: int | None = None) -> tuple[list[MCRecord], str]:
+                 limit: int | None = None, subset_seed: int | None = None, skip_bad: bool = False) -> tuple[list[MCRecord], str]:
     """The labelled, checked records to evaluate (or train on) and where they came from.
 
-    Malformed records and duplicate ids raise :class:`DataError` naming file and line.
+    Malformed records and duplicate ids raise :class:`DataError` naming file and line, or
+    with ``skip_bad`` are skipped (one warning: how many, and the first).
     """
     if not (data_file or data_dir or task.hub):
         raise DataError("pass --dataset NAME or --data-file FILE.jsonl")
-    rows, source = read_records(task, split, data_dir, data_file)
+    found, source = read_records(task, split, data_dir, data_file)
     seen: dict[str, str] = {}
-    for where, record in rows:
-        task.check(record, where)
-        if record.id in seen:  # ids key the resumable predictions file
-            raise DataError(f"{where}: duplicate id {record.id!r} (first at {seen[record.id]})")
+    rows, skipped = [], []
+    for where, record in found:
+        if not isinstance(record, DataError) and record.id in seen:  # ids key the resumable predictions file
+            record = DataError(f"{where}: duplicate id {record.id!r} (first at {seen[record.id]})")
+        if isinstance(record, DataError):
+            if not skip_bad:
+                raise record
+            skipped.append(str(record))
+            continue
         seen[record.id] = where
+        rows.append((where, record))
+    if skipped:
+        warnings.warn(f"--skip-bad: skipped {len(skipped)} bad record(s) of {source}; the first: {skipped[0]}", SetLLMWarning, stacklevel=2)
     if not rows:
-        raise DataError(f"{source}: no records")
+        raise DataError(f"{source}: no records" + (f" (all {len(skipped)} skipped as bad)" if skipped else ""))
     return subset([r for _, r in rows], limit, subset_seed), source

@@ -31,13 +31,20 @@ from .base import HubSource, MCTask, Ordering, Rendered, Template, shown
 
 HEAD = "Instruction: {instruction}\n"
 FRAME = "Response: {candidate}\n"
+EMPTY_FRAME = "Response:\n"  # no space before the newline: a trailing space tokenizes apart
 CUE = "Best response:"
 
 
 def judge_prompt(instruction: str, candidates: list[str], input: str | None = None) -> SetPrompt:
-    """The judge prompt; every candidate gets the same frame and no name."""
+    """The judge prompt; every candidate gets the same frame and no name. An empty
+    candidate is a real answer (models do answer with nothing): its frame stands alone."""
     head = HEAD.format(instruction=instruction.strip()) + (f"Input: {input.strip()}\n" if input else "") + "\nResponses:\n"
-    return as_prompt([head, Set([FRAME.format(candidate=c.strip()) for c in candidates]), CUE])
+    return as_prompt([head, Set([frame(c) for c in candidates]), CUE])
+
+
+def frame(candidate: str) -> str:
+    text = candidate.strip()
+    return FRAME.format(candidate=text) if text else EMPTY_FRAME
 
 
 def _render(record: MCRecord, order: Ordering) -> Rendered:
@@ -66,9 +73,9 @@ def parse_row(obj: object, where: str, require_label: bool = True) -> MCRecord |
     cands = obj["candidates"]
     if not isinstance(cands, list) or len(cands) < 2:
         raise DataError(f"{where}: 'candidates' must be a list of at least two responses")
-    bad = [i for i, c in enumerate(cands) if not isinstance(c, str) or not c.strip()]
+    bad = [i for i, c in enumerate(cands) if not isinstance(c, str)]
     if bad:
-        raise DataError(f"{where}: candidate {bad[0]} is empty or not text")
+        raise DataError(f"{where}: candidate {bad[0]} is not text (an empty response is \"\")")
     if obj.get("input") is not None and not isinstance(obj["input"], str):
         raise DataError(f"{where}: 'input' must be text")
     label = obj.get("label")
@@ -84,8 +91,9 @@ def parse_row(obj: object, where: str, require_label: bool = True) -> MCRecord |
 def pair_row(obj: object, where: str, seed: int = 0) -> dict | None:
     """An UltraFeedback pair as a judge row, the two responses in a seeded random order;
     None for a tie (equal scores), which says nothing about which is better."""
-    if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip() for k in ("instruction", "response", "rejected")):
-        raise DataError(f"{where}: expected non-empty 'instruction', 'response' (chosen) and 'rejected'")
+    if not isinstance(obj, dict) or not (isinstance(obj.get("instruction"), str) and obj["instruction"].strip()) \
+            or not all(isinstance(obj.get(k), str) for k in ("response", "rejected")):
+        raise DataError(f"{where}: expected a non-empty 'instruction' and text 'response' (chosen) and 'rejected'")
     if obj.get("score_chosen") is not None and obj.get("score_chosen") == obj.get("score_rejected"):
         return None
     rid = str(obj.get("id", where))

@@ -1,0 +1,104 @@
+"""The JSONL job (:mod:`setllm.jsonl_job`): answers are matched to input rows by id *and*
+content, so a resumed job never hands back answers to other rows; the output is never the
+input; bad rows stop the job or, with ``skip_bad``, are skipped and counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny import run_cli
+
+from setllm import jsonl_job
+from setllm.data import DataError
+
+
+def parse(obj, where):
+    if not isinstance(obj, dict) or "q" not in obj:
+        raise DataError(f"{where}: missing field 'q'")
+    return {"q": obj["q"]}
+
+
+def write(path, *rows) -> None:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def answer(batch):
+    return [{"a": r["q"].upper()} for r in batch]
+
+
+def test_answers_carry_id_and_content_and_resume_skips_only_their_own_rows(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, {"q": "x"}, {"id": "k", "q": "y"})
+    rows = jsonl_job.read_rows(src, parse).rows
+    assert jsonl_job.run(jsonl_job.todo(rows, out), out, answer, 1, progress=False) == 2
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["id"], g["a"]) for g in got] == [("0", "X"), ("k", "Y")] and all(len(g["row"]) == 16 for g in got)
+    assert jsonl_job.todo(rows, out) == []
+
+
+@pytest.mark.parametrize("other", [[{"q": "z"}, {"id": "k", "q": "y"}], [{"q": "x"}, {"id": "k", "q": "edited"}]])
+def test_answers_to_other_rows_are_refused(tmp_path, other):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, {"q": "x"}, {"id": "k", "q": "y"})
+    rows = jsonl_job.read_rows(src, parse).rows
+    jsonl_job.run(rows, out, answer, 2, progress=False)
+    write(src, *other)
+    changed = jsonl_job.read_rows(src, parse).rows
+    with pytest.raises(DataError, match=r"out.jsonl:\d answers a row that is not in this --input .*--overwrite to start over"):
+        jsonl_job.todo(changed, out)
+    assert jsonl_job.todo(changed, out, overwrite=True) == changed and out.read_text() == ""
+
+
+def test_the_output_cannot_be_the_input(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write(src, {"id": "a", "q": "x"})
+    with pytest.raises(DataError, match="is the --input file"):
+        jsonl_job.check_output(src, src)
+    with pytest.raises(DataError, match="is the --input file"):
+        jsonl_job.check_output(tmp_path / "." / "in.jsonl", src)
+
+
+def test_bad_rows_stop_the_read_or_are_skipped_and_counted(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write(src, {"q": "x"}, {"nope": 1}, "{broken", {"id": "d", "q": "y"}, {"id": "d", "q": "z"})
+    with pytest.raises(DataError, match=r"in.jsonl:2: missing field 'q'"):
+        jsonl_job.read_rows(src, parse)
+    with pytest.warns(UserWarning, match=r"skipped 3 bad row\(s\) of .*in.jsonl; the first: .*in.jsonl:2: missing field 'q'"):
+        read = jsonl_job.read_rows(src, parse, skip_bad=True)
+    assert [r["id"] for r in read.rows] == ["0", "d"] and len(read.skipped) == 3 and "duplicate id 'd'" in read.skipped[2]
+
+
+def test_an_answer_file_of_something_else_is_refused(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, {"q": "x"})
+    write(out, {"id": "0", "answer": "from an older setllm, without its row's content"})
+    with pytest.raises(DataError, match="out.jsonl:1: not an answer row of setllm"):
+        jsonl_job.todo(jsonl_job.read_rows(src, parse).rows, out)
+
+
+def test_choose_cli_refuses_another_files_answers_and_says_who_answered(model_dir, capsys, tmp_path):
+    a, b, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "out.jsonl"
+    write(a, {"question": "Capital of France?", "options": ["Paris", "Rome"]}, {"question": "Colour?", "options": ["red", "blue"]})
+    write(b, {"question": "Pick a fruit", "options": ["apple", "dog"]}, {"question": "Pick an animal", "options": ["cat", "rock"]})
+    args = ["--output", str(out), "--model", model_dir, "--no-progress"]
+    code, _, err = run_cli(capsys, "choose", "--input", str(a), *args)
+    assert code == 0 and err.splitlines()[0] == f"setllm: {model_dir}, adapter none, variant setmask-setpe" and "2 answered" in err
+    code, _, err = run_cli(capsys, "choose", "--input", str(b), *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "answers a row that is not in this --input" in err
+    code, _, err = run_cli(capsys, "choose", "--input", str(b), *args, "--overwrite")
+    assert code == 0 and "2 answered, 0 already" in err
+    assert [json.loads(x)["answer"] for x in out.read_text().splitlines()] in (["apple", "cat"], ["apple", "rock"], ["dog", "cat"], ["dog", "rock"])
+    code, _, err = run_cli(capsys, "choose", "--input", str(b), "--output", str(b), "--model", model_dir)
+    assert code == 2 and err.strip() == f"error: --output {b} is the --input file; answers go to a file of their own"
+
+
+def test_a_resume_with_nothing_left_loads_no_model(model_dir, capsys, tmp_path, monkeypatch):
+    src, out = tmp_path / "a.jsonl", tmp_path / "out.jsonl"
+    write(src, {"question": "Capital of France?", "options": ["Paris", "Rome"]})
+    assert run_cli(capsys, "choose", "--input", str(src), "--output", str(out), "--model", model_dir, "--no-progress")[0] == 0
+    import setllm.cli.common as common
+
+    monkeypatch.setattr(common, "load_setllm", lambda *a, **k: pytest.fail("loaded a model with nothing to do"))
+    code, _, err = run_cli(capsys, "choose", "--input", str(src), "--output", str(out), "--model", model_dir)
+    assert code == 0 and err.strip() == f"0 answered, 1 already in {out}"
