@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
-
-
-class DataError(InputError):
-    """A data file or record is malformed; the message names file and line."""
+from .errors import DataError, InputError  # noqa: F401  (DataError is imported from here too)
+from .files import check_file, decode_line
 
 
 @dataclass(frozen=True)
@@ -60,15 +57,10 @@ def iter_jsonl(path: str | Path, errors: str = "raise") -> Iterator[tuple[str, o
     A malformed line raises :class:`DataError`, or with ``errors="yield"`` is yielded as
     that error so the caller can count and skip it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: " + ("is a directory, not a JSONL file" if path.is_dir() else "no such file"))
+    path = check_file(path, "data file")
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+            line = decode_line(raw, path, lineno)
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"

@@ -12,5 +12,9 @@ class InputError(SetLLMError, ValueError):
     """A bad argument or value (also a ``ValueError``, for callers that catch those)."""
 
 
+class DataError(InputError):
+    """A data file or record is malformed; the message names file and line."""
+
+
 class SetLLMWarning(UserWarning):
     """Something the user should know (the CLI prints it once as ``warning: ...``)."""

@@ -86,6 +86,22 @@ def test_bad_json_prompt_file(capsys, tmp_path):
     assert code == 2 and "is a directory" in err
 
 
+@pytest.mark.parametrize("name, data, message", [
+    ("latin1.txt", "Pick: caf\xe9\n{{a\n||b\n}}Answer:".encode("latin-1"), "latin1.txt:1: not UTF-8 text (byte 9); save the file as UTF-8"),
+    ("latin1.json", '{"prompt": ["caf\xe9\n", {"set": ["a\n", "b\n"]}, "Answer:"]}'.encode("latin-1"), "latin1.json:1: not UTF-8 text (byte 16)"),
+    ("bom.txt", b"\xef\xbb\xbfPick {{a||b}}Answer:", "bom.txt:1: starts with a byte-order mark (BOM)"),
+    ("empty.json", b"\n", "prompt file {dir}/empty.json: is empty"),
+])
+def test_user_files_that_are_not_utf8_text_get_one_line(capsys, tmp_path, name, data, message):
+    (tmp_path / name).write_bytes(data)
+    code, _, err = cli(capsys, "generate", "--prompt-file", str(tmp_path / name))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and message.format(dir=tmp_path) in err
+    config = tmp_path / "c.yaml"
+    config.write_bytes(data)
+    code, _, err = cli(capsys, "eval", "--config", str(config), "--out", str(tmp_path / "o"))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+
+
 def test_prompt_longer_than_context(model_dir):
     lm = SetLLM(*load_model(model_dir))
     with pytest.raises(PromptError, match="longer than the model's context"):

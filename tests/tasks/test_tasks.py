@@ -139,7 +139,7 @@ def test_unreadable_files_are_named(tmp_path):
     latin.write_bytes(b'{"question": "Q?", "choices": ["a", "b"], "label": 0}\n{"question": "caf\xe9?", "choices": ["a", "b"], "label": 0}\n')
     with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text"):
         load_records(get_task(None), data_file=str(latin))
-    with pytest.raises(DataError, match=r"is a directory, not a JSONL file"):
+    with pytest.raises(DataError, match=r"is a directory, not a file"):
         load_records(get_task(None), data_file=str(tmp_path))
     with pytest.raises(DataError, match=r"missing.jsonl: no such file"):
         load_records(get_task(None), data_file=str(tmp_path / "missing.jsonl"))

@@ -115,13 +115,13 @@ def config_from_args(cls: type, args: argparse.Namespace):
 
 
 def load_config_file(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"config file {path}: " + ("is a directory" if p.is_dir() else "no such file"))
-    yaml_file = p.suffix in (".yaml", ".yml")
+    from ..files import read_text
+
+    text = read_text(path, "config file")
+    yaml_file = Path(path).suffix in (".yaml", ".yml")
     try:
-        data = _parse_yaml(p.read_text(encoding="utf-8")) if yaml_file else json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
+        data = _parse_yaml(text) if yaml_file else json.loads(text)
+    except ValueError as e:
         raise InputError(f"{path}: not valid {'YAML' if yaml_file else 'JSON'} ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: a config file holds one mapping of option -> value")

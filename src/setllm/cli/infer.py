@@ -128,11 +128,10 @@ def read_prompt(args: argparse.Namespace):
 
     if args.prompt is not None:
         return parse_markup(args.prompt)
-    path = Path(args.prompt_file)
-    if not path.is_file():
-        raise InputError(f"prompt file {path}: " + ("is a directory" if path.is_dir() else "no such file"))
-    text = path.read_text(encoding="utf-8")
-    return from_json(text) if path.suffix == ".json" else parse_markup(text.rstrip("\n"))
+    from ..files import read_text
+
+    text = read_text(args.prompt_file, "prompt file")
+    return from_json(text) if args.prompt_file.endswith(".json") else parse_markup(text.rstrip("\n"))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
