@@ -74,6 +74,9 @@ def test_malformed_json_and_wrong_routes(client_for_bad):
     for content, expected in ((b"{not json", "malformed JSON body: "), (b"[1, 2]", "body: Input should be a valid dictionary")):
         r = client_for_bad.post("/v1/choose", content=content, headers={"content-type": "application/json"})
         assert r.status_code == (400 if b"not" in content else 422) and r.json()["error"].startswith(expected), r.text
+    latin1 = '{"question": "caf\xe9?", "options": ["a", "b"]}'.encode("latin-1")
+    r = client_for_bad.post("/v1/choose", content=latin1, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json() == {"error": "request body is not UTF-8 text (byte 17); send JSON as UTF-8"}
     assert client_for_bad.get("/v1/nothing").json() == {"error": "Not Found"}
     r = client_for_bad.get("/v1/choose")
     assert r.status_code == 405 and r.json() == {"error": "Method Not Allowed"}

@@ -3,6 +3,7 @@ and on SIGTERM finishes the request in flight, turns new ones away, and exits in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -80,3 +81,68 @@ def _wait_until_running(url: str) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("the generation never started")
+
+
+@contextlib.contextmanager
+def running(lm, **config):
+    """The real uvicorn server of `setllm serve` on a loopback port, in a thread; the test
+    stops it as a signal would (``handle_exit``)."""
+    from setllm.serve import ServeConfig, create_app
+    from setllm.serve.server import make_server, open_socket
+
+    cfg = ServeConfig(port=0, **config)
+    sock = open_socket("127.0.0.1", 0)
+    server = make_server(create_app(lm, cfg), cfg, sock)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = server.force_exit = True
+        thread.join(timeout=10)
+
+
+def _generate_in_background(url: str, result: dict) -> threading.Thread:
+    def generate():
+        r = httpx.post(f"{url}/v1/generate", json={"prompt": "Say:", "max_new_tokens": 200}, timeout=60)
+        result["status"], result["body"], result["type"] = r.status_code, r.json(), r.headers["content-type"]
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    _wait_until_running(url)
+    return worker
+
+
+def test_a_stop_finishes_a_long_accepted_request_then_exits(lm):
+    """A 200-token generation that outlasts the old fixed 7 s drain still gets its text."""
+    from serve_helpers import slow_forwards
+
+    result = {}
+    with slow_forwards(lm, 0.045), running(lm) as (server, thread, url):
+        worker = _generate_in_background(url, result)
+        started = time.monotonic()
+        server.handle_exit(signal.SIGINT, None)
+        late = httpx.post(f"{url}/v1/choose", json={"question": "Which city?", "options": ["Paris", "Rome"]})
+        assert late.status_code == 503 and late.json() == {"error": "server is shutting down"}
+        worker.join(timeout=60)
+        thread.join(timeout=20)
+        assert not thread.is_alive()  # the server exited by itself once the request was answered
+    assert time.monotonic() - started > 7  # longer than the old drain limit
+    assert result["status"] == 200 and result["body"]["text"]
+
+
+def test_a_forced_stop_answers_the_accepted_request_with_json_503(lm):
+    from serve_helpers import slow_forwards
+
+    result = {}
+    with slow_forwards(lm, 0.045), running(lm, drain_s=0.5) as (server, thread, url):
+        worker = _generate_in_background(url, result)
+        server.handle_exit(signal.SIGINT, None)
+        worker.join(timeout=30)
+        thread.join(timeout=20)
+        assert not thread.is_alive()
+    assert result["status"] == 503 and result["type"] == "application/json"
+    assert result["body"] == {"error": "server stopped before this request finished"}

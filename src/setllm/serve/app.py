@@ -114,6 +114,16 @@ def validation_error(errors: list[dict]) -> ApiError:
     return Unprocessable(f"{path.lstrip('.') or 'body'}: {msg}{more}")
 
 
+async def _body_problem(request: Request) -> str | None:
+    try:
+        (await request.body()).decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"request body is not UTF-8 text (byte {e.start}); send JSON as UTF-8"
+    except Exception:  # noqa: BLE001 - the body cannot be read again: keep starlette's message
+        return None
+    return None
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc)
@@ -125,6 +135,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(validation_error(list(exc.errors())))
 
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # starlette's "error parsing the body": say what is wrong with it
+            problem = await _body_problem(request)
+            if problem:
+                return error_response(BadRequest(problem))
         return JSONResponse({"error": one_line(str(exc.detail))}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

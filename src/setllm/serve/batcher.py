@@ -40,7 +40,7 @@ class Ticket:
         if self.abandoned or time.monotonic() > self.deadline:
             return Timeout(f"request took longer than {self.timeout_s:g} s (--timeout-s)")
         if self.batcher.stopped:
-            return ShuttingDown("server stopped before this request ran")
+            return ShuttingDown("server stopped before this request finished")
         return None
 
 
@@ -103,11 +103,16 @@ class Batcher:
             raise Timeout(f"request took longer than {self.timeout_s:g} s (--timeout-s)")
         return ticket.future.result()
 
-    async def stop(self, grace_s: float = 1.0) -> None:
-        """Refuse new work, fail what waits, give the running batch ``grace_s`` to end."""
+    def abort(self) -> None:
+        """Refuse new work and answer everything accepted with 503: what waits now, the
+        running batch at its next step (generation checks after every token)."""
         self.stopped = True
         while self._pending:
             _deliver(self._pending.popleft(), ShuttingDown("server stopped before this request ran"))
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """:meth:`abort`, then give the running batch ``grace_s`` to end."""
+        self.abort()
         if self._task is not None:
             self._arrived.set()
             try:

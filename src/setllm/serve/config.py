@@ -26,6 +26,7 @@ class ServeConfig:
         batch_window_ms: how long the first request of a batch waits for company.
         max_options: most options in one choose/score request.
         max_generate_tokens: most tokens one generate/completions request may ask for.
+        drain_s: how long a stop signal waits for accepted requests (None: ``timeout_s``).
         batch_check: at start-up, score a probe alone and in batches and turn batching
             off if this machine gives other low bits in a batch (see docs/serving.md).
     """
@@ -39,6 +40,8 @@ class ServeConfig:
     batch_window_ms: float = field(default=5.0, metadata={"help": "how long a batch waits for more requests", "metavar": "MS"})
     max_options: int = field(default=64, metadata={"help": "most options in one choose/score request", "metavar": "N"})
     max_generate_tokens: int = field(default=512, metadata={"help": "most new tokens one generate/completions request may ask for", "metavar": "N"})
+    drain_s: float | None = field(default=None, metadata={"help": "seconds a stop waits for accepted requests before answering them 503 "
+                                                                   "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={"help": "check at start-up that batching gives bit-identical scores here (--no-batch-check: trust it)"})
 
     def __post_init__(self) -> None:
@@ -55,6 +58,8 @@ class ServeConfig:
             raise InputError(f"--timeout-s must be a positive number of seconds, got {self.timeout_s!r}")
         if not (isinstance(self.batch_window_ms, (int, float)) and 0 <= self.batch_window_ms <= 1000):
             raise InputError(f"--batch-window-ms must be between 0 and 1000, got {self.batch_window_ms!r}")
+        if self.drain_s is not None and not (isinstance(self.drain_s, (int, float)) and math.isfinite(self.drain_s) and self.drain_s >= 0):
+            raise InputError(f"--drain-s must be a number of seconds >= 0, got {self.drain_s!r}")
         if not self.host:
             raise InputError("--host must not be empty")
 

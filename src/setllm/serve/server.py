@@ -1,10 +1,12 @@
 """Run the app under uvicorn on a socket bound up front, and stop it cleanly.
 
-On SIGTERM or Ctrl-C the server first drains: it keeps listening, answers new requests
-with 503 (so clients and load balancers go elsewhere at once instead of timing out),
-finishes everything already accepted, and only then closes, at the latest ``DRAIN_S``
-after the signal; a second signal stops it at once. The model thread is a daemon, so a
-forward still running at the deadline cannot hold the process: it exits within 10 s.
+On SIGTERM or Ctrl-C the server drains: it keeps listening, answers new requests with 503
+(so clients and load balancers go elsewhere at once instead of timing out), finishes
+everything already accepted, and then closes. Draining means finishing: by default it
+waits as long as any accepted request may take (``--timeout-s``: past it a request has
+its own 504 anyway). When the user forces the stop (a second signal, or ``--drain-s``
+running out) every request still open is answered with a JSON 503 before the server
+closes; no request is cut off without an answer.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..errors import InputError
 from .config import ServeConfig
 from .service import Service
 
-DRAIN_S = 7.0  # + uvicorn's 1 s grace + the batcher's 1 s: under 10 s in all
+ABORT_GRACE_S = 3.0  # after a forced stop: time for the running step to end and its 503 to go out
 
 
 def open_socket(host: str, port: int) -> socket.socket:
@@ -39,11 +41,13 @@ def open_socket(host: str, port: int) -> socket.socket:
 class DrainingServer(uvicorn.Server):
     """uvicorn, with a drain phase between the signal and the shutdown."""
 
-    def __init__(self, config: uvicorn.Config, service: Service, announce: Callable[[], str]):
+    def __init__(self, config: uvicorn.Config, service: Service, announce: Callable[[], str], drain_s: float):
         super().__init__(config)
         self.service = service
         self.announce = announce
+        self.drain_s = drain_s
         self.drain_deadline: float | None = None
+        self.abort_deadline: float | None = None
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets=sockets)
@@ -51,22 +55,40 @@ class DrainingServer(uvicorn.Server):
             print(self.announce(), file=sys.stderr, flush=True)
 
     def handle_exit(self, sig, frame) -> None:
-        if self.drain_deadline is not None:  # a second signal: uvicorn's own stop
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + self.drain_s
+            self.service.start_draining()
+            busy = self.service.in_flight + self.service.batcher.queued
+            print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503 (a second Ctrl-C answers them 503 now)",
+                  file=sys.stderr, flush=True)
+        elif self.abort_deadline is None:  # a second signal: stop now, but answer everyone
+            self._abort("second signal")
+        else:  # a third: uvicorn's own immediate stop
             super().handle_exit(sig, frame)
-            return
-        self.drain_deadline = time.monotonic() + DRAIN_S
-        self.service.start_draining()
-        busy = self.service.in_flight + self.service.batcher.queued
-        print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503", file=sys.stderr, flush=True)
+
+    def _abort(self, why: str) -> None:
+        busy = self.service.in_flight
+        print(f"setllm serve: {why}: answering {busy} unfinished request(s) with 503", file=sys.stderr, flush=True)
+        self.abort_deadline = time.monotonic() + ABORT_GRACE_S
+        self.service.batcher.abort()
 
     async def on_tick(self, counter: int) -> bool:
         if self.drain_deadline is not None and not self.should_exit:
-            self.should_exit = self.service.idle() or time.monotonic() >= self.drain_deadline
+            now = time.monotonic()
+            if self.abort_deadline is None and now >= self.drain_deadline and not self.service.idle():
+                self._abort(f"drain limit of {self.drain_s:g} s reached")
+            self.should_exit = self.service.idle() or (self.abort_deadline is not None and now >= self.abort_deadline)
         return await super().on_tick(counter)
 
 
-def serve(app, config: ServeConfig, sock: socket.socket) -> None:
-    """Serve ``app`` on ``sock`` until a signal; returns once everything has stopped."""
+def drain_limit(config: ServeConfig) -> float:
+    """How long a stop waits for accepted requests: ``--drain-s``, else as long as any
+    request may take (``--timeout-s``) plus a little for its answer to go out."""
+    return config.drain_s if config.drain_s is not None else config.timeout_s + 1.0
+
+
+def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer:
+    """The uvicorn server for ``app`` on ``sock`` (``.run(sockets=[sock])`` serves)."""
     service: Service = app.state.service
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -80,5 +102,10 @@ def serve(app, config: ServeConfig, sock: socket.socket) -> None:
                 f"setllm serve: batching {service.batching} (up to {service.batcher.max_batch_size} requests per forward); Ctrl-C stops")
 
     uv = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http="h11", loop="asyncio")
-    DrainingServer(uv, service, announce).run(sockets=[sock])
+    return DrainingServer(uv, service, announce, drain_limit(config))
+
+
+def serve(app, config: ServeConfig, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until a signal; returns once everything has stopped."""
+    make_server(app, config, sock).run(sockets=[sock])
     print("setllm serve: stopped", file=sys.stderr, flush=True)
