@@ -552,7 +552,7 @@ def _hub_access(path: str) -> bool:
     True: load from the Hugging Face cache only (a cached copy needs no hub)."""
     if not _is_hub_id(path):
         return False
-    reason = "offline (HF_HUB_OFFLINE is set)" if _hub_offline() else _hub_unreachable(path)
+    reason = hub_problem(path)
     if reason is None:
         return False
     if _files_on_this_machine(path) is not None:
@@ -573,6 +573,12 @@ def _is_hub_id(path: str) -> bool:
     return True
 
 
+def hub_problem(repo_id: str, repo_type: str | None = None) -> str | None:
+    """Why the hub cannot serve ``repo_id`` now ("offline (...)", "unreachable (...)"), found
+    in one quick try; None if it answers."""
+    return "offline (HF_HUB_OFFLINE is set)" if _hub_offline() else _hub_unreachable(repo_id, repo_type)
+
+
 def _hub_offline() -> bool:
     from huggingface_hub import constants
 
@@ -580,14 +586,15 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or any((v or "").strip().upper() in ("1", "ON", "YES", "TRUE") for v in flags)
 
 
-def _hub_unreachable(repo_id: str) -> str | None:
+def _hub_unreachable(repo_id: str, repo_type: str | None = None) -> str | None:
     """One try, no retries: ``"unreachable (...)"`` unless the hub answers (any HTTP answer,
     even 404, counts: transformers then explains it)."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=_HUB_PROBE_TIMEOUT_S)
+        get_hf_file_metadata(hf_hub_url(repo_id, "README.md" if repo_type == "dataset" else "config.json", repo_type=repo_type),
+                             timeout=_HUB_PROBE_TIMEOUT_S)
     except HfHubHTTPError:
         return None
     except Exception as e:  # noqa: BLE001 -- no HTTP answer at all (DNS, refused, timeout, proxy): what the hub retries

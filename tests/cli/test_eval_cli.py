@@ -47,6 +47,14 @@ def test_eval_then_report(model_dir, tmp_path, capsys):
     assert pngs == ["agreement_arc_challenge_causal-mask-pe-pretrained_vs_setmask-setpe-pretrained.png",
                     "votes_accuracy_arc_challenge_causal-mask-pe-pretrained.png"]
     assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    assert "Not comparable" not in table
+    # A run on other questions in the same table is called out, in the table and once on stderr.
+    assert main(eval_args(model_dir, tmp_path / "more", "--variant", "setmask-setpe", "--limit", "5", "--label", "five")) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "base"), str(tmp_path / "more")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("**Not comparable:** the runs on ARC were measured on different questions (n = 3, 5).")
+    assert err.count("warning: the runs on ARC were measured on different questions (n = 3, 5)") == 1
 
 
 def test_template_other_than_the_trained_one_warns(model_dir, tmp_path, capsys):

@@ -143,3 +143,15 @@ def test_unreadable_files_are_named(tmp_path):
         load_records(get_task(None), data_file=str(tmp_path))
     with pytest.raises(DataError, match=r"missing.jsonl: no such file"):
         load_records(get_task(None), data_file=str(tmp_path / "missing.jsonl"))
+
+
+def test_a_hub_split_that_cannot_be_had_is_one_line_at_once(monkeypatch):
+    """Offline (or unreachable on one quick try) and not cached: say so, without the
+    retries `datasets` would make first."""
+    pytest.importorskip("datasets")
+    from setllm.tasks import get_task, hub_rows
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match=r"could not load ybisk/piqa split 'validation' from the hub \(the hub is offline "
+                                        r"\(HF_HUB_OFFLINE is set\) and no copy is cached\); pass --data-dir"):
+        hub_rows(get_task("piqa"), "validation")

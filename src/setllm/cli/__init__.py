@@ -51,6 +51,10 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, a
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    unknown = [a for a in argv[: argv.index(command) if command else len(argv)] if a not in ("-h", "--help", "--version")]
+    if unknown:  # argparse would only say that COMMAND is missing
+        print(f"error: unknown option {unknown[0]}; a command comes first: setllm COMMAND [options] (see `setllm --help`)", file=sys.stderr)
+        return 2
     parser, sub = build_parser(command if command in COMMANDS else None)
 
     def run(_):

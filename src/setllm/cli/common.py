@@ -83,7 +83,10 @@ def add_command(sub, name: str, configs: Sequence[type], config_file: bool = Fal
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.init and hints[f.name] == (bool | None) and f.default is None:
-                p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
+                p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_false", help=f"turn off --{f.name.replace('_', '-')}")
+    for action in p._actions:  # HfArgumentParser gives a True-by-default flag's --no_X the help of X itself
+        if any(o.startswith("--no_") for o in action.option_strings) and isinstance(action.help, str):
+            action.help = f"turn off --{action.dest.replace('_', '-')}"
     if config_file:
         p.add_argument("--config", metavar="FILE", help="YAML or JSON file of options (keys: the flag names); flags override it")
     p.set_defaults(_configs=tuple(configs))

@@ -20,11 +20,13 @@ import json
 import os
 import re
 import textwrap
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..data import DataError
+from ..errors import SetLLMWarning
 from ..tasks import TASKS, column
 from ..variants import VARIANTS
 from .metrics import majority_vote
@@ -193,7 +195,23 @@ def markdown_table(runs: list[Run]) -> str:
               _row(["Model", "Training", "Eval. Mode", *map(column, datasets)]), "|" + "---|" * (3 + len(datasets))]
     for key, cells in time.items():
         lines.append(_row([*key, *(_num(cells.get(d)) for d in datasets)]))
-    return "\n".join(lines + [""] + _notes(runs))
+    mismatched = _different_questions(runs)
+    for d in mismatched:
+        warnings.warn(f"the runs on {column(d)} were measured on different questions ({mismatched[d]}): their rows are not comparable",
+                      SetLLMWarning, stacklevel=2)
+    warn = [f"**Not comparable:** the runs on {column(d)} were measured on different questions ({n})." for d, n in mismatched.items()]
+    return "\n".join(warn + ([""] if warn else []) + lines + [""] + _notes(runs))
+
+
+def _different_questions(runs: list[Run]) -> dict[str, str]:
+    """Dataset -> "n = 5, 10" where its runs did not answer the same questions."""
+    by_dataset: dict[str, set] = defaultdict(set)
+    counts: dict[str, set] = defaultdict(set)
+    for run in runs:
+        d = run.summary["dataset"]
+        by_dataset[d].add((run.summary.get("split"), frozenset(row["id"] for row in run.rows)))
+        counts[d].add(run.summary["n"])
+    return {d: "n = " + ", ".join(map(str, sorted(counts[d]))) for d, sets in by_dataset.items() if len(sets) > 1}
 
 
 def check_writable(path: Path, what: str, *, folder: bool = True) -> None:

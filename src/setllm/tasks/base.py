@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,6 +141,18 @@ def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:
     return path
 
 
+@contextmanager
+def _datasets_offline(datasets, offline: bool):
+    import datasets.config as config
+
+    before = config.HF_HUB_OFFLINE
+    config.HF_HUB_OFFLINE = before or offline
+    try:
+        yield
+    finally:
+        config.HF_HUB_OFFLINE = before
+
+
 def hub_rows(task: MCTask, split: str) -> list[dict]:
     """A task's hub rows of ``split``, normalised to records; errors are one line."""
     hub = task.hub
@@ -149,10 +162,17 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
         import datasets
     except ImportError:
         raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
+    from ..loading import hub_problem
+
+    # One quick try first: where the hub cannot answer, `datasets` would retry for ~25 s.
+    # Then only a cached copy can serve, so the load runs offline.
+    problem = hub_problem(hub.path, "dataset")
     try:
-        ds = datasets.load_dataset(hub.path, hub.config, split=hub.split_names.get(split, split))
+        with _datasets_offline(datasets, problem is not None):
+            ds = datasets.load_dataset(hub.path, hub.config, split=hub.split_names.get(split, split))
     except Exception as e:  # network, missing split, ...: one clear line for the user
-        raise DataError(f"could not load {hub.path} split {split!r} from the hub ({type(e).__name__}); pass --data-dir") from None
+        why = f"the hub is {problem} and no copy is cached" if problem else type(e).__name__
+        raise DataError(f"could not load {hub.path} split {split!r} from the hub ({why}); pass --data-dir") from None
     return [{"id": f"{task.name}-{i}", **hub.normalise(row)} for i, row in enumerate(ds)]
 
 
