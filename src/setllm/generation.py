@@ -89,6 +89,21 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
 @torch.no_grad()
 def generate(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[str]:
     """Generate text for every prompt in a left-padded ``batch``."""
+    stop_ids = _eos_ids(model, tokenizer)
+    return [_finish(tokenizer, t, config.stop, stop_ids) for t in _decode(model, tokenizer, variant, batch, config, on_token)]
+
+
+@torch.no_grad()
+def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[tuple[str, list[int]]]:
+    """:func:`generate`, with the tokens each row generated: every sampled token, the EOS
+    that ended it included, and those of a stop string or a character cut in half that the
+    text leaves out (OpenAI's log-probs show what was generated, not what was kept)."""
+    stop_ids = _eos_ids(model, tokenizer)
+    return [(_finish(tokenizer, t, config.stop, stop_ids), t) for t in _decode(model, tokenizer, variant, batch, config, on_token)]
+
+
+def _decode(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[list[int]]:
+    """Every row's sampled tokens, up to EOS, a stop string or ``max_new_tokens``."""
     cache, logprobs = prefill(model, variant, batch)
     stop_ids = _eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
@@ -104,7 +119,7 @@ def generate(model, tokenizer, variant: Variant, batch: Batch, config: Generatio
             stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
             if all(stopped):
                 break
-    return [_finish(tokenizer, t, config.stop, stop_ids) for t in tokens]
+    return tokens
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

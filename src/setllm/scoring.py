@@ -198,14 +198,48 @@ def _row_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, r
     logp = first.gather(1, ids[:, :1].to(first.device)).cpu()  # [R, 1]
     hit = (first.argmax(-1).cpu() == ids[:, 0])[:, None]
     if max(map(len, conts)) > 1:  # one-token options are read off the prefill alone
-        layout = batch.layout.index_select(rows).cat(continuation_layout(valid))
-        step = torch.arange(length) if variant.positions != "nope" else torch.zeros(length, dtype=torch.long)
-        positions = batch.next_positions[rows][:, None] + step
-        out = forward(model, variant, ids, positions, layout, cache=cache)
+        out = _continue(model, variant, batch, cache, rows, ids, valid)
         rest = out.logits[:, :-1].float().log_softmax(-1).cpu()  # [R, L-1, V] predicts tokens 1..L-1
         logp = torch.cat([logp, rest.gather(-1, ids[:, 1:, None]).squeeze(-1)], 1)
         hit = torch.cat([hit, rest.argmax(-1) == ids[:, 1:]], 1)
     return logp * valid, hit | ~valid, valid
+
+
+def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
+    """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
+    causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
+    layout = batch.layout.index_select(rows).cat(continuation_layout(valid))
+    step = torch.arange(ids.shape[1]) if variant.positions != "nope" else torch.zeros(ids.shape[1], dtype=torch.long)
+    return forward(model, variant, ids, batch.next_positions[rows][:, None] + step, layout, cache=cache)
+
+
+@dataclass(frozen=True)
+class TokenDetail:
+    """One response token: its log-prob and the ``top`` likeliest tokens in its place."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, log-prob), likeliest first
+
+
+@torch.no_grad()
+def token_details(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[TokenDetail]:
+    """Each token of ``response`` read as the response to ``prompt`` (as options are scored),
+    with its log-prob and the ``top`` likeliest tokens at its place (OpenAI's ``logprobs``)."""
+    if not response:
+        return []
+    batch = collate([prompt], variant.positions, pad_id)
+    cache, next_logprobs = prefill(model, variant, batch)
+    dists = [next_logprobs[0].cpu()]
+    if len(response) > 1:
+        ids = torch.tensor([list(response)])
+        out = _continue(model, variant, batch, cache, torch.zeros(1, dtype=torch.long), ids, torch.ones_like(ids, dtype=torch.bool))
+        dists += list(out.logits[0, :-1].float().log_softmax(-1).cpu())
+    details = []
+    for token, dist in zip(response, dists):
+        values, index = dist.topk(top) if top else (torch.tensor([]), torch.tensor([], dtype=torch.long))
+        details.append(TokenDetail(int(token), float(dist[token]), list(zip(index.tolist(), values.tolist()))))
+    return details
 
 
 def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:

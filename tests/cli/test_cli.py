@@ -219,3 +219,19 @@ def test_json_output_keeps_non_ascii_text(model_dir, capsys):
     code, out, _ = cli(capsys, "choose", "Où?", "--options", "Zürich", "Genève", "--model", model_dir, "--json")
     assert code == 0 and "Zürich" in out and "\\u00fc" not in out
     assert set(json.loads(out)["scores"]) == {"Zürich", "Genève"}
+
+
+def test_an_option_before_the_command_is_named(capsys):
+    code, out, err = cli(capsys, "--foo")
+    assert code == 2 and err.strip() == "error: unknown option --foo; a command comes first: setllm COMMAND [options] (see `setllm --help`)"
+
+
+def test_off_switches_are_listed_and_say_what_they_turn_off(capsys):
+    from setllm.cli import main
+
+    for command, flag, what in (("choose", "--no-exact", "--exact"), ("choose", "--no-eos", "--eos"), ("eval", "--no-progress", "--progress")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        lines = capsys.readouterr().out.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(flag) or f", {flag}" in line)
+        assert f"turn off {what}" in " ".join(lines[at : at + 2])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 
 import httpx
 from fastapi.testclient import TestClient
@@ -45,3 +47,25 @@ def concurrently(app, requests: list[tuple[str, dict]], before=None) -> list[htt
                 return await asyncio.gather(*(client.post(path, json=body) for path, body in requests))
 
     return asyncio.run(main())
+
+
+@contextlib.contextmanager
+def running(lm, **config):
+    """The real uvicorn server of `setllm serve` on a loopback port, in a thread; the test
+    stops it as a signal would (``handle_exit``)."""
+    from setllm.serve import ServeConfig, create_app
+    from setllm.serve.server import make_server, open_socket
+
+    cfg = ServeConfig(port=0, **config)
+    sock = open_socket("127.0.0.1", 0)
+    server = make_server(create_app(lm, cfg), cfg, sock)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

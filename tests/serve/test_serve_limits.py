@@ -49,10 +49,20 @@ BAD = [
     ("/v1/generate", {"prompt": "x", "stop": "\n"}, 422, "stop: Input should be a valid list"),
     ("/v1/completions", {"prompt": "x", "stream": True}, 400, "stream: streaming is not supported"),
     ("/v1/completions", {"prompt": "x", "n": 2}, 400, "n: only n=1 is supported"),
-    ("/v1/completions", {"prompt": ["x", "y"]}, 400, "prompt: one prompt per request, got a list of 2"),
-    ("/v1/completions", {"prompt": [1, 2]}, 422, "prompt: must be a string"),
+    ("/v1/completions", {"prompt": [1, "y"]}, 422, "prompt: must be a string (setllm markup allowed), a list of strings, a list of token ids"),
+    ("/v1/completions", {"prompt": [[1], []]}, 422, "prompt: must be a string"),
+    ("/v1/completions", {"prompt": [1, 99999]}, 400, "prompt: token id 99999 is not in the vocabulary"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 1000}, 422, "max_tokens: at most 512"),
-    ("/v1/completions", {"prompt": "x", "logprobs": 3}, 400, "logprobs: logprobs are not supported"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens: 0 generates nothing; it is only useful with echo: true"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 6}, 422, "logprobs: Input should be less than or equal to 5"),
+    ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix: suffix is not supported"),
+    ("/v1/chat/completions", {"messages": []}, 422, "messages: List should have at least 1 item"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 422, "messages[0].role: Input should be"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream": True}, 400, "stream: streaming is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs: logprobs are not supported on chat"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools: not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}]}, 400, "markup"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}, 422, "max_tokens: at most 512"),
 ]
 
 

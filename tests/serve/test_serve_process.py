@@ -3,7 +3,6 @@ and on SIGTERM finishes the request in flight, turns new ones away, and exits in
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -14,6 +13,8 @@ import time
 
 import httpx
 import pytest
+
+from serve_helpers import running
 
 from setllm.cli import COMMANDS
 
@@ -81,28 +82,6 @@ def _wait_until_running(url: str) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("the generation never started")
-
-
-@contextlib.contextmanager
-def running(lm, **config):
-    """The real uvicorn server of `setllm serve` on a loopback port, in a thread; the test
-    stops it as a signal would (``handle_exit``)."""
-    from setllm.serve import ServeConfig, create_app
-    from setllm.serve.server import make_server, open_socket
-
-    cfg = ServeConfig(port=0, **config)
-    sock = open_socket("127.0.0.1", 0)
-    server = make_server(create_app(lm, cfg), cfg, sock)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = server.force_exit = True
-        thread.join(timeout=10)
 
 
 def _generate_in_background(url: str, result: dict) -> threading.Thread:

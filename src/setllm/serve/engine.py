@@ -23,7 +23,7 @@ import torch
 
 from .. import generation, scoring
 from ..batch import collate
-from ..encoding import EncodedPrompt
+from ..encoding import NOT_IN_SET, EncodedPrompt
 from ..errors import InputError
 from ..generation import GenerationConfig
 from ..prompt import SetPrompt
@@ -44,8 +44,15 @@ class ScoreJob:
 
 @dataclass(frozen=True)
 class GenerateJob:
-    prompt: SetPrompt
-    config: GenerationConfig
+    """Generate after ``prompt`` (a set prompt, or token ids read as plain text); with
+    ``config`` None nothing is generated (OpenAI's ``max_tokens: 0``). ``logprobs``: also the
+    log-prob of every token and the ``logprobs`` likeliest at its place; ``echo``: the
+    prompt's own tokens first (see :meth:`Engine._echo` for how they are read)."""
+
+    prompt: SetPrompt | tuple[int, ...]
+    config: GenerationConfig | None
+    logprobs: int | None = None
+    echo: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,23 @@ class Scores:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A token as OpenAI's ``logprobs`` show it: its text, log-prob (None: not defined, see
+    :meth:`Engine._echo`) and the likeliest tokens at its place, text -> log-prob."""
+
+    text: str
+    logprob: float | None
+    top: dict[str, float] | None
+
+
+@dataclass(frozen=True)
 class Generated:
     text: str
     n_tokens: int
     prompt_tokens: int
     finish_reason: str  # "stop" (EOS or a stop string) or "length" (max_new_tokens reached)
+    prompt_text: str = ""  # the prompt as the model read it (token ids decoded), for echo
+    tokens: list[TokenLogprob] = field(default_factory=list)  # echoed, then generated (with logprobs)
 
 
 class Item(Protocol):
@@ -159,7 +178,8 @@ class Engine:
     def _prepare(self, index: int, job: ScoreJob | GenerateJob, limit: bool = True) -> _Prepared:
         enc = self._encode(job.prompt, self.max_prompt_tokens if limit else None)
         if isinstance(job, GenerateJob):
-            self._check_fits(len(enc) + job.config.max_new_tokens, f"prompt ({len(enc)} tokens) + max_new_tokens ({job.config.max_new_tokens})")
+            n = job.config.max_new_tokens if job.config else 0
+            self._check_fits(len(enc) + n, f"prompt ({len(enc)} tokens) + max_new_tokens ({n})")
             return _Prepared(index, enc, key=self._lone_key())
         ids = [self.lm.response_ids(job.prompt, o) for o in job.options]
         empty = [i for i, x in enumerate(ids) if not x]
@@ -171,9 +191,15 @@ class Engine:
             return _Prepared(index, enc, ids, ("same", scoring.identity(enc), tuple(sorted({tuple(x) for x in ids}))))
         return _Prepared(index, enc, ids, ("score",))
 
-    def _encode(self, prompt: SetPrompt, limit: int | None) -> EncodedPrompt:
+    def _encode(self, prompt: SetPrompt | tuple[int, ...], limit: int | None) -> EncodedPrompt:
         codec = self.lm.codec
-        enc = codec.encoder.encode(codec.prepare(prompt))  # canonical in exact mode
+        if isinstance(prompt, tuple):  # token ids, read as the plain text they are
+            bad = [t for t in prompt if not 0 <= t < len(self.lm.tokenizer)]
+            if bad or not prompt:
+                raise BadRequest(f"prompt: token id {bad[0]} is not in the vocabulary" if bad else "prompt: no tokens")
+            enc = EncodedPrompt(list(prompt), [NOT_IN_SET] * len(prompt), [NOT_IN_SET] * len(prompt))
+        else:
+            enc = codec.encoder.encode(codec.prepare(prompt))  # canonical in exact mode
         if limit is not None and len(enc) > limit:
             raise TooLong(f"prompt is {len(enc)} tokens; this server takes at most {limit} (--max-prompt-tokens)")
         if codec.max_tokens is not None and len(enc) >= codec.max_tokens:
@@ -209,14 +235,51 @@ class Engine:
             if reason is not None:
                 raise _Stopped(reason)
 
-        batch = collate([prep.enc], lm.variant.positions, lm.pad_id)
+        text, finish = "", "length"
         self.on_forward(1)
-        try:
-            text = generation.generate(lm.model, lm.tokenizer, lm.variant, batch, job.config, on_token=on_token)[0]
-        except _Stopped as s:
-            return [s.reason]
-        finish = "length" if steps >= job.config.max_new_tokens else "stop"
-        return [Generated(text, steps, len(prep.enc), finish)]
+        if job.config is not None:
+            batch = collate([prep.enc], lm.variant.positions, lm.pad_id)
+            try:
+                text, ids = generation.generate_tokens(lm.model, lm.tokenizer, lm.variant, batch, job.config, on_token=on_token)[0]
+            except _Stopped as s:
+                return [s.reason]
+            finish = "length" if steps >= job.config.max_new_tokens else "stop"
+        tokens = self._echo(prep.enc, job.logprobs or 0) if job.echo else []
+        if job.logprobs is not None and job.config is not None:
+            tokens += self._details(prep.enc, ids, job.logprobs)
+        prompt_text = lm.tokenizer.decode(prep.enc.input_ids) if job.echo else ""
+        return [Generated(text, steps, len(prep.enc), finish, prompt_text, tokens)]
+
+    def _echo(self, enc: EncodedPrompt, top: int) -> list[TokenLogprob]:
+        """The prompt's own tokens with their log-probs, as OpenAI's ``echo`` shows them.
+
+        What a token's log-prob means depends on how the variant reads a prompt. Under a
+        causal variant every token reads only the tokens before it: each gets the plain
+        next-token log-prob (the first has none). Under the invariant variants a prompt is
+        read both ways, so inside it a token's "probability" would have seen the token itself:
+        the prompt up to its last set and one token after it is the prompt (log-probs None),
+        and the rest is read as the response to that prompt, exactly as setllm scores an
+        option (with no set at all, everything after the first token is). The one token
+        after the set keeps the reading invariant: the first response token is read from the
+        prompt's last token, which inside a set would see only the element that came last.
+        That is what ``local-completions`` in lm-eval needs: the continuation after a set
+        context."""
+        cut = 1
+        if self.lm.variant.invariant:
+            inside = [i for i, s in enumerate(enc.set_ids) if s != NOT_IN_SET]
+            cut = inside[-1] + 2 if inside else 1
+        cut = min(cut, len(enc))
+        head = EncodedPrompt(enc.input_ids[:cut], enc.set_ids[:cut], enc.element_ids[:cut])
+        pieces = [TokenLogprob(self._piece(t), None, None) for t in enc.input_ids[:cut]]
+        return pieces + self._details(head, enc.input_ids[cut:], top)
+
+    def _details(self, prompt: EncodedPrompt, response: Sequence[int], top: int) -> list[TokenLogprob]:
+        lm = self.lm
+        details = scoring.token_details(lm.model, lm.variant, lm.pad_id, prompt, response, top)
+        return [TokenLogprob(self._piece(d.token), d.logprob, {self._piece(t): lp for t, lp in d.top} if top else None) for d in details]
+
+    def _piece(self, token: int) -> str:
+        return self.lm.tokenizer.decode([token])
 
     # -- the start-up check -------------------------------------------------------------------
     def batching_is_exact(self, max_batch_size: int) -> bool:

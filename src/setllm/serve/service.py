@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api import check_choices
+from ..chat import chat_prompt
 from ..generation import GenerationConfig
 from ..markup import parse_markup
 from ..prompt import SetPrompt, as_prompt
@@ -85,12 +86,18 @@ class Service:
         scores = await self.score(judge_prompt(instruction, cands, input), cands)
         return sorted(range(len(cands)), key=lambda i: (-scores.logprobs[i], cands[i])), scores
 
-    async def generate(self, prompt: SetPrompt, config: GenerationConfig, field: str = "max_new_tokens") -> Generated:
-        """``field``: what the request calls ``max_new_tokens``, for the error message."""
-        if config.max_new_tokens > self.config.max_generate_tokens:
+    async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
+                       logprobs: int | None = None, echo: bool = False) -> Generated:
+        """``field``: what the request calls ``max_new_tokens``, for the error message;
+        ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`."""
+        if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
             raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
-        return await self.batcher.submit(GenerateJob(prompt, config))
+        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo))
+
+    def chat(self, messages: Sequence[dict]) -> SetPrompt:
+        """Chat messages as the prompt the model reads (:func:`setllm.chat.chat_prompt`)."""
+        return chat_prompt(self.lm.tokenizer, messages, strip_bos=bool(self.lm.codec.encoder.bos))
 
     # -- input ------------------------------------------------------------------------------
     def choices(self, options: Sequence[str]) -> list[str]:
