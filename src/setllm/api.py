@@ -85,6 +85,15 @@ class ReadOptions:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
 
+def embedded_or(model: str | None) -> str | None:
+    """``model``, or None where it names the embedded model (its name, or its GGUF file by path)."""
+    from .loading import DEFAULT_MODEL
+    from .sources import canonical_name
+
+    model = canonical_name(model)
+    return None if model == DEFAULT_MODEL else model
+
+
 def default_adapter(kind: str = "choose") -> str | None:
     """The Set-LLM adapter shipped for the embedded model, if this install has it:
     ``"choose"`` (choose, score, generate, eval of the benchmarks; what ``adapter="auto"``
@@ -137,6 +146,7 @@ class SetLLM:
         ``allow_base_mismatch``. ``attn_implementation="auto"``: sdpa, and flex attention for a
         prompt of :data:`setllm.runtime.LONG_PROMPT_TOKENS` tokens or more.
         """
+        model = embedded_or(model)
         if adapter == "auto":
             base_asked = variant is not None and not get_variant(variant).invariant
             adapter = default_adapter() if model is None and not base_asked else None

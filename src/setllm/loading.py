@@ -67,6 +67,11 @@ def _embedded_target() -> Path:
     return cache_dir() / _EMBEDDED_NAME
 
 
+def converted_problem(target: Path) -> str | None:
+    """Why a cached conversion cannot be used (``"missing"`` if absent), or None."""
+    return _cache_problem(target)
+
+
 def embedded_model_dir(progress: bool = True) -> Path:
     """The embedded model as a safetensors directory, converting it on first use, and again
     when the cached copy is unusable (a truncated copy, a full disk during conversion)."""
@@ -82,7 +87,7 @@ def embedded_model_dir(progress: bool = True) -> Path:
     # Write elsewhere, then rename: an interrupted conversion never leaves a half cache.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     try:
-        _convert_embedded(gguf, tmp)
+        convert_gguf(gguf, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -104,12 +109,15 @@ def _cache_problem(target: Path) -> str | None:
     return f"model.safetensors: {problem}" if problem else None
 
 
-def _convert_embedded(gguf: Path, dest: Path) -> None:
-    """Dequantize the GGUF model and save it, with its tokenizer, as safetensors in ``dest``."""
+def convert_gguf(gguf: Path, dest: Path) -> None:
+    """Dequantize a GGUF model and save it, with its tokenizer, as safetensors in ``dest``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise ModelLoadError(f"{gguf}: transformers could not read it ({_first_problem(e)})") from None
     # A gguf-loaded model cannot save_pretrained; a fresh model of the same config can.
     config = quantized.config
     config.__dict__.pop("quantization_config", None)  # a plain fp32 model, saved as safetensors
@@ -398,10 +406,10 @@ def _portable_card(text: str, name: str) -> str:
 # -- loading ---------------------------------------------------------------------------------
 
 def resolve_model_path(model: str | None) -> str:
-    """``None`` or the embedded name -> the converted cache dir; anything else as given."""
-    if model is None or model == DEFAULT_MODEL:
-        return str(embedded_model_dir())
-    return model
+    """What transformers loads for ``model`` (:func:`setllm.sources.resolve`)."""
+    from .sources import resolve
+
+    return resolve(model)
 
 
 def load_model(

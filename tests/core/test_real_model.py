@@ -141,3 +141,18 @@ def test_shipped_documents_adapter_retrieves_in_any_order():
     assert sum(right) >= 8, right
     docs = rows[0]["documents"]
     assert len({lm.answer(docs[i:] + docs[:i], rows[0]["question"]) for i in range(0, 10, 3)}) == 1
+
+
+def test_the_embedded_gguf_by_path_is_the_default_model(lm):
+    """`--model <the embedded .gguf>` is the embedded model: same cache, same shipped adapter,
+    same computation, so the same bits."""
+    by_path = SetLLM.from_pretrained(str(embedded_gguf()), batch_size=8)
+    assert (by_path.origin.model, by_path.origin.adapter) == (lm.origin.model, lm.origin.adapter)
+    prompt = mc_prompt(QUESTION, OPTIONS)
+    assert [s.logprob for s in by_path.score(prompt)[0]] == [s.logprob for s in lm.score(prompt)[0]]
+
+
+def test_the_readme_generate_example_names_a_fruit(lm):
+    from setllm.markup import parse_markup
+
+    assert lm.generate(parse_markup(r"Pick the fruit:\n{{car\n||apple\n||house\n}}Answer:"), max_new_tokens=8).strip() == "apple"

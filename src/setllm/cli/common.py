@@ -163,7 +163,7 @@ def tristate(help_: str) -> dict:
 class ModelOptions:
     """Which model to run and how to read prompts."""
 
-    model: str | None = field(default=None, metadata={"help": "local path or hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
+    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once) or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str | None = field(default=None, metadata={"help": "local PEFT adapter dir ('none' = no adapter); default: the shipped Set-LLM adapter with the embedded model", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
@@ -217,7 +217,10 @@ def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "ch
 
     from ..api import SetLLM
 
+    from ..api import embedded_or
+
     opts = config_from_args(ModelOptions, args)
+    opts.model = embedded_or(opts.model)  # the embedded model's own .gguf by path is the embedded model
     adapter = None if opts.adapter == "none" else (opts.adapter or shipped_adapter(opts, kind))
     return SetLLM.from_pretrained(
         opts.model, adapter, opts.variant, dtype=getattr(torch, DTYPES[opts.dtype]), attn_implementation=opts.attn, device=opts.device,

@@ -1,0 +1,108 @@
+"""Where a model comes from: a small registry, "name or path -> what transformers loads"
+(a folder of safetensors, or a hub id it fetches itself).
+
+Entries, tried in order: the embedded SmolLM2-135M-Instruct (no name, or its name), any
+``.gguf`` file by path (llama.cpp's format: converted once to safetensors in a cache keyed
+by the file's hash), and anything else as given (a local folder or a hub id). A new source
+(a model shipped in a wheel, say) is one more entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+Source = Callable[[str | None], str | None]  # a name or path -> a loadable folder, or None: not mine
+
+
+def resolve(model: str | None) -> str:
+    """What transformers should load for ``model`` (see the module docstring)."""
+    for source in SOURCES:
+        found = source(model)
+        if found is not None:
+            return found
+    return str(model)
+
+
+def canonical_name(model: str | None) -> str | None:
+    """``model`` as setllm names it: the embedded model's own GGUF file by path is the
+    embedded model (it gets the shipped adapter, as no ``--model`` does)."""
+    from .loading import DEFAULT_MODEL, ModelLoadError, embedded_gguf
+
+    if model is None or not str(model).endswith(".gguf"):
+        return model
+    try:
+        if Path(model).resolve() == embedded_gguf().resolve():
+            return DEFAULT_MODEL
+    except ModelLoadError:  # the embedded model is not installed: then it is not that file
+        pass
+    return model
+
+
+def _embedded(model: str | None) -> str | None:
+    from .loading import DEFAULT_MODEL, embedded_model_dir
+
+    return str(embedded_model_dir()) if model is None or model == DEFAULT_MODEL else None
+
+
+def _gguf(model: str | None) -> str | None:
+    if model is None or not str(model).endswith(".gguf"):
+        return None
+    return str(gguf_model_dir(Path(model)))
+
+
+SOURCES: list[Source] = [_embedded, _gguf]
+
+
+def gguf_model_dir(path: Path, progress: bool = True) -> Path:
+    """A GGUF file as a safetensors folder in the cache, converted on first use; the cache
+    is keyed by the file's content, so an edited or replaced file converts again."""
+    from .loading import ModelLoadError, cache_dir, convert_gguf, converted_problem
+
+    if not path.is_file():
+        raise ModelLoadError(f"model {str(path)!r}: " + ("is a directory, not a .gguf file" if path.is_dir() else "no such .gguf file"))
+    check_gguf_architecture(path)
+    target = cache_dir() / "gguf" / f"{path.stem}-{file_hash(path)[:16]}"
+    if converted_problem(target) is None:
+        return target
+    if progress:
+        print(f"setllm: {path.name}: converting to safetensors in {target} (once)", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))  # then renamed: never a half cache
+    try:
+        convert_gguf(path, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_gguf_architecture(path: Path) -> None:
+    """One line for a GGUF file that is not one or of an architecture transformers cannot read."""
+    from gguf import GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    from .loading import ModelLoadError
+
+    try:
+        field = GGUFReader(path).fields["general.architecture"]
+        arch = bytes(field.parts[field.data[0]]).decode("utf-8")
+    except Exception as e:  # noqa: BLE001 - not a GGUF file, or a damaged one
+        raise ModelLoadError(f"{path}: not a readable GGUF file ({(str(e).strip().splitlines() or [type(e).__name__])[0]})") from None
+    readable = [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer")]
+    if arch not in readable:
+        raise ModelLoadError(f"{path}: GGUF architecture {arch!r} cannot be read by transformers (it reads: {', '.join(readable)})")
