@@ -120,11 +120,12 @@ def test_setllm_judge_reads_with_the_judge_adapter_in_any_order(capsys):
     from tiny import run_cli
 
     verdicts = []
-    for candidates in (["Paris.", "It is Rome."], ["It is Rome.", "Paris."]):
+    orders = (["Paris.", "It is Rome."], ["It is Rome.", "Paris."])
+    for candidates in orders:
         code, out, err = run_cli(capsys, "judge", "What is the capital of France?", "--candidates", *candidates, "--json")
         assert code == 0 and "adapter " in err and "smollm2-135m-judge" in err
         verdicts.append(json.loads(out))
-    assert verdicts[0]["best"] == verdicts[1]["best"]
+    assert orders[0][verdicts[0]["best"]] == orders[1][verdicts[1]["best"]]  # indices into each order's list
     assert verdicts[0]["scores"] == verdicts[1]["scores"][::-1]
 
 
