@@ -9,9 +9,10 @@ statuses; checks that every ordering of a question got the identical answer and 
 under every load and batch size; and compares throughput at 8 clients with batching vs a
 second server with --max-batch-size 1 (target: >= 2x).
 
-The server batches only requests of one token layout (docs/serving.md), which all
-orderings of one question share; questions of other lengths share no forward, so with
-``--questions 3`` batches are smaller.
+Every forward of the server has a shape fixed by each request alone (setllm.scoring), so
+different questions of any lengths batch together with bit-identical results: with
+``--questions 8`` the clients ask eight different questions, and the check that each question
+got one answer and one set of scores spans both servers (batched and --max-batch-size 1).
 
 Usage: python benchmarks/bench_serve.py [--clients 1,4,8,16] [--requests 64] [--max-seconds 60]
        [--questions 1] [--json FILE] [any `setllm serve` flags, e.g. --model DIR --adapter none]
@@ -37,10 +38,16 @@ from dataclasses import dataclass, field
 
 import httpx
 
-QUESTIONS = [
+QUESTIONS = [  # of different lengths: with --questions 8 no two requests of a batch need be alike
     ("Which city is the capital of France?", ["Budapest", "Paris", "Zurich", "Rome"]),
     ("What do plants need to make food?", ["sunlight", "soil", "rocks", "darkness"]),
     ("Which animal is known for jumping over the lazy dog?", ["the quick brown fox", "a cat", "an owl"]),
+    ("What is frozen water called?", ["ice", "steam", "sand"]),
+    ("Which planet do we live on?", ["Mars", "Earth", "Venus", "Jupiter"]),
+    ("A farmer has a basket of apples and gives half of them away. What does the farmer have left?",
+     ["half of the apples", "no apples", "twice as many apples"]),
+    ("Which of these is used to write on paper?", ["a pencil", "a spoon", "a shoe", "a cup"]),
+    ("How many legs does a spider have?", ["six", "eight", "ten"]),
 ]
 BAD = [  # (path, body or raw bytes, expected status)
     ("/v1/choose", {"question": "Pick one", "options": []}, 422),
