@@ -250,7 +250,7 @@ class SetLLM:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
         cands = [_candidates(c) for _, c, _ in rows]
         prompts = [judge_prompt(instr, c, inp) for (instr, _, inp), c in zip(rows, cands)]
-        return [_verdict([s.logprob for s in scores], tie_margin) for scores in self.score(prompts, cands)]
+        return [verdict([s.logprob for s in scores], c, tie_margin) for scores, c in zip(self.score(prompts, cands), cands)]
 
     # -- documents ----------------------------------------------------------------------
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
@@ -309,16 +309,23 @@ def _candidates(candidates) -> list[str]:
     return out
 
 
-def _verdict(scores: list[float], tie_margin: float) -> Verdict:
-    ranking = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    tied = len(scores) > 1 and scores[ranking[0]] - scores[ranking[1]] <= tie_margin and tie_margin > 0
-    return Verdict(None if tied else ranking[0], ranking, scores)
+def ranking(scores: Sequence[float], texts: Sequence[str]) -> list[int]:
+    """Indices of the options (or candidates), best first. Equal scores go by text: the tie
+    rule of every surface (library, CLI, server, eval), so that not even a tie (they happen in
+    bf16) can make the answer depend on the order the options came in."""
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], texts[i]))
+
+
+def verdict(scores: list[float], candidates: Sequence[str], tie_margin: float = 0.0) -> Verdict:
+    """The judge's verdict on ``scores`` (one per candidate, the caller's order)."""
+    order = ranking(scores, candidates)
+    tied = len(scores) > 1 and scores[order[0]] - scores[order[1]] <= tie_margin and tie_margin > 0
+    return Verdict(None if tied else order[0], order, scores)
 
 
 def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choice:
-    """The best-scoring option (first of equal bests)."""
-    key = (lambda s: s.mean_logprob) if normalize else (lambda s: s.logprob)
-    best = max(range(len(scores)), key=lambda i: key(scores[i]))
+    """The best-scoring option (equal bests: see :func:`ranking`)."""
+    best = ranking([s.mean_logprob if normalize else s.logprob for s in scores], [s.text for s in scores])[0]
     return Choice(scores[best].text, best, list(scores))
 
 

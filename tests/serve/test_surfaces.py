@@ -32,3 +32,24 @@ def test_library_server_and_lm_eval_backend_give_the_same_bits(wide_lm):
     backend = SetLLMLM.wrap(wide_lm).loglikelihood(
         [Instance(request_type="loglikelihood", doc={}, arguments=(CONTEXT, o), idx=i) for i, o in enumerate(OPTIONS)], disable_tqdm=True)
     assert alone == library and batched == library and [b[0] for b in backend] == library
+
+
+def test_an_exact_tie_gives_the_same_answer_in_every_order_on_every_surface(lm, model_dir, monkeypatch, capsys):
+    """Two different options with exactly equal scores (constructed: every option scores the
+    same) get one answer, by text, whatever order they came in: library, CLI and server."""
+    from tiny import run_cli
+
+    from setllm import scoring
+
+    monkeypatch.setattr(scoring, "score_requests",
+                        lambda model, variant, pad_id, requests: [[scoring.TokenScore(-1.0, len(o), False) for o in r.options] for r in requests])
+    answers, bests = set(), set()
+    with serving(lm) as client:
+        for order in (["zebra", "apple", "mango"], ["apple", "mango", "zebra"], ["mango", "zebra", "apple"]):
+            answers.add(lm.choose("Which?", order).answer)
+            answers.add(client.post("/v1/choose", json={"question": "Which?", "options": order}).json()["answer"])
+            code, out, _ = run_cli(capsys, "choose", "Which?", "--options", *order, "--model", model_dir, "--json")
+            answers.add(__import__("json").loads(out)["answer"])
+            bests.add(order[lm.judge("Which?", order).best])
+            bests.add(order[client.post("/v1/judge", json={"instruction": "Which?", "candidates": order}).json()["best"]])
+    assert answers == {"apple"} and bests == {"apple"}

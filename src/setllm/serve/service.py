@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..api import check_choices
+from ..api import check_choices, pick, verdict
 from ..chat import chat_prompt
 from ..generation import GenerationConfig
 from ..markup import parse_markup
@@ -70,13 +70,11 @@ class Service:
         return await self.batcher.submit(ScoreJob(prompt, tuple(options)))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
-        """The options as read (stripped), the index of the best, and all scores. Equal best
-        scores go to the option first in sorted order, not the caller's: the answer must
-        not depend on the order the options came in."""
+        """The options as read (stripped), the index of the best, and all scores (the
+        library's choice policy, :func:`setllm.api.pick`)."""
         options = self.choices(options)
         scores = await self.score(mc_prompt(question, options, context), options)
-        best = min(range(len(options)), key=lambda i: (-scores.logprobs[i], options[i]))
-        return options, best, scores
+        return options, pick(scores.option_scores(options)).index, scores
 
     async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None) -> tuple[list[int], Scores]:
         """The ranking (best first) and scores of candidate responses (:mod:`setllm.tasks.judge`);
@@ -84,7 +82,7 @@ class Service:
         self._check_count(candidates)
         cands = [c.strip() for c in candidates]  # an empty response is a real candidate
         scores = await self.score(judge_prompt(instruction, cands, input), cands)
-        return sorted(range(len(cands)), key=lambda i: (-scores.logprobs[i], cands[i])), scores
+        return verdict(scores.logprobs, cands).ranking, scores
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
                        logprobs: int | None = None, echo: bool = False) -> Generated:
