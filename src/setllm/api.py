@@ -248,7 +248,7 @@ class SetLLM:
 
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-        cands = [_candidates(c) for _, c, _ in rows]
+        cands = [check_candidates(c) for _, c, _ in rows]
         prompts = [judge_prompt(instr, c, inp) for (instr, _, inp), c in zip(rows, cands)]
         return [verdict([s.logprob for s in scores], c, tie_margin) for scores, c in zip(self.score(prompts, cands), cands)]
 
@@ -300,7 +300,7 @@ class SetLLM:
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
 
 
-def _candidates(candidates) -> list[str]:
+def check_candidates(candidates) -> list[str]:
     """Judge candidates: at least two texts; outer whitespace is not part of a response. An
     empty response is a real candidate (scored as EOS alone)."""
     out = [c.strip() for c in _option_list(candidates, "candidates", empty=True)]

@@ -89,8 +89,7 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
 @torch.no_grad()
 def generate(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[str]:
     """Generate text for every prompt in a left-padded ``batch``."""
-    stop_ids = _eos_ids(model, tokenizer)
-    return [_finish(tokenizer, t, config.stop, stop_ids) for t in _decode(model, tokenizer, variant, batch, config, on_token)]
+    return texts(model, tokenizer, _decode(model, tokenizer, variant, batch, config, on_token), config)
 
 
 @torch.no_grad()
@@ -103,8 +102,16 @@ def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: Ge
 
 
 def _decode(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[list[int]]:
-    """Every row's sampled tokens, up to EOS, a stop string or ``max_new_tokens``."""
     cache, logprobs = prefill(model, variant, batch)
+    return decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token)
+
+
+@torch.no_grad()
+def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache, logprobs, config: GenerationConfig,
+                         on_token=None) -> list[list[int]]:
+    """Every row's sampled tokens after :func:`setllm.scoring.prefill` gave ``cache`` and the
+    next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
+    cache is consumed (it grows). :func:`texts` turns the tokens into text."""
     stop_ids = _eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
@@ -120,6 +127,12 @@ def _decode(model, tokenizer, variant: Variant, batch: Batch, config: Generation
             if all(stopped):
                 break
     return tokens
+
+
+def texts(model, tokenizer, rows: list[list[int]], config: GenerationConfig) -> list[str]:
+    """Each row's generated text: EOS dropped, cut before a stop string, no half character."""
+    stop_ids = _eos_ids(model, tokenizer)
+    return [_finish(tokenizer, t, config.stop, stop_ids) for t in rows]
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -37,9 +37,9 @@ def cmd_judge(args: argparse.Namespace) -> int:
         return _judge_file(args)
     if args.instruction is None or not args.candidates:
         raise InputError("pass INSTRUCTION and --candidates, or --input FILE.jsonl --output FILE.jsonl")
-    from ..api import _candidates
+    from ..api import check_candidates
 
-    candidates = _candidates(args.candidates)  # checked before the model loads
+    candidates = check_candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")
     print(describe(lm), file=sys.stderr)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin)

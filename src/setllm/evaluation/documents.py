@@ -113,23 +113,15 @@ def generate_and_score(lm, prompts, answers: list[list[int]], max_new_tokens: in
     import copy
 
     from ..batch import collate
-    from ..generation import GenerationConfig, _eos_ids, _finish, _hit_stop, decode_n_tokens
+    from ..generation import GenerationConfig, decode_after_prefill, texts
     from ..scoring import prefill, score_continuations
 
     batch = collate([lm.encode(p) for p in prompts], lm.variant.positions, lm.pad_id)
     cache, logprobs = prefill(lm.model, lm.variant, batch)
     sums = score_continuations(lm.model, lm.variant, batch, copy.deepcopy(cache), logprobs, [[a] for a in answers])
-    config, stop_ids = GenerationConfig(max_new_tokens=max_new_tokens, stop=["\n"]), _eos_ids(lm.model, lm.tokenizer)
-    tokens: list[list[int]] = [[] for _ in prompts]
-    stopped = [False] * len(prompts)
-    for token, done in decode_n_tokens(lm.model, lm.variant, cache, batch, logprobs, config, stop_ids):
-        for row, (t, d) in enumerate(zip(token.tolist(), done.tolist())):
-            if not d:
-                tokens[row].append(t)
-        stopped = [s or _hit_stop(lm.tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
-        if all(stopped):
-            break
-    return [_finish(lm.tokenizer, t, config.stop, stop_ids) for t in tokens], [s[0][0] for s in sums]
+    config = GenerationConfig(max_new_tokens=max_new_tokens, stop=["\n"])
+    tokens = decode_after_prefill(lm.model, lm.tokenizer, lm.variant, batch, cache, logprobs, config)
+    return texts(lm.model, lm.tokenizer, tokens, config), [s[0][0] for s in sums]
 
 
 def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> dict:
