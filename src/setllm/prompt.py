@@ -100,7 +100,8 @@ PromptLike = Union[SetPrompt, str, Set, Sequence[Any], dict]
 def as_prompt(obj: PromptLike) -> SetPrompt:
     """Validate and convert any accepted prompt form into a :class:`SetPrompt`.
 
-    Accepts a ``SetPrompt``; a string; a sequence of strings, :class:`Set`, Python ``set``/
+    Accepts a ``SetPrompt``; a string (read as markup, :mod:`setllm.markup`, as on every
+    surface); a sequence of strings (plain text), :class:`Set`, Python ``set``/
     ``frozenset`` (elements then sorted, since a Python set has no stable order) or
     ``{"set": [...]}``; or a JSON-style ``{"prompt": [...]}`` dict.
     """
@@ -109,8 +110,14 @@ def as_prompt(obj: PromptLike) -> SetPrompt:
     if isinstance(obj, dict):
         if set(obj) - {"prompt", "response"} or "prompt" not in obj:
             raise PromptError(f"a prompt object needs a 'prompt' key, got keys {sorted(obj)}")
-        return as_prompt(obj["prompt"]) if not isinstance(obj["prompt"], str) else as_prompt([obj["prompt"]])
-    if isinstance(obj, (str, Set)):
+        return as_prompt(obj["prompt"])
+    if isinstance(obj, str):
+        # One rule on every surface (library, CLI, server, lm-eval): a prompt given as one
+        # string is setllm markup, `{{a||b}}` making a set (plain text parses as itself).
+        from .markup import parse_markup
+
+        return parse_markup(obj)
+    if isinstance(obj, Set):
         obj = [obj]
     if not isinstance(obj, Sequence):
         raise PromptError(f"a prompt is a list of text and sets, got {type(obj).__name__}")
@@ -134,6 +141,13 @@ def _merge_text(segments: list[Segment]) -> list[Segment]:
 
 def _segment(item: Any, where: str) -> Segment:
     if isinstance(item, str):
+        if "{{" in item and "}}" in item.split("{{", 1)[1]:
+            import warnings
+
+            from .errors import SetLLMWarning
+
+            warnings.warn(f"{where}: text that looks like set markup ({{{{...}}}}) is read as plain text inside a list prompt; "
+                          "pass the string alone to read it as markup, or write the set as a Set", SetLLMWarning, stacklevel=4)
         return item
     if isinstance(item, dict):
         if list(item) != ["set"]:

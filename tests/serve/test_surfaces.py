@@ -53,3 +53,23 @@ def test_an_exact_tie_gives_the_same_answer_in_every_order_on_every_surface(lm, 
             bests.add(order[lm.judge("Which?", order).best])
             bests.add(order[client.post("/v1/judge", json={"instruction": "Which?", "candidates": order}).json()["best"]])
     assert answers == {"apple"} and bests == {"apple"}
+
+
+def test_a_markup_string_means_the_same_on_every_surface(lm, model_dir, capsys):
+    """A prompt given as one string is markup in the library too, as in the CLI and the server."""
+    from tiny import run_cli
+
+    from setllm import SetLLM
+    from setllm.loading import load_model
+
+    markup = "Pick one:\n{{apple\n||dog\n||fox\n}}Answer:"
+    library = [s.logprob for s in lm.score(markup, [["apple", "dog"]])[0]]
+    assert library == [s.logprob for s in lm.score(parse_markup(markup), [["apple", "dog"]])[0]]
+    with serving(lm) as client:
+        server = client.post("/v1/score", json={"prompt": markup, "options": ["apple", "dog"]}).json()["scores"]
+        served_text = client.post("/v1/generate", json={"prompt": markup, "max_new_tokens": 4}).json()["text"]
+    assert server == library
+    saved = SetLLM(*load_model(model_dir))  # the CLI's model: the same weights, loaded from disk
+    code, out, _ = run_cli(capsys, "generate", "--prompt", markup.replace("\n", "\\n"), "--max-new-tokens", "4", "--model", model_dir)
+    assert code == 0 and out.rstrip("\n") == saved.generate(markup, max_new_tokens=4)
+    assert served_text == lm.generate(markup, max_new_tokens=4)

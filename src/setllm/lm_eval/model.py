@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from .. import generation, scoring
 from ..api import SetLLM
 from ..batch import collate
 from ..encoding import NOT_IN_SET, EncodedPrompt
-from ..errors import InputError
+from ..errors import InputError, SetLLMWarning
 from ..markup import parse_markup
 from ..runtime import context_length
 
@@ -235,6 +236,8 @@ class SetLLMLM(TemplateLM):
         return enc, cont + [self.eot_token_id] if eos and self.eot_token_id is not None else cont
 
     def _is_markup(self, context: str) -> bool:
+        if "{{" in context and not self.options.markup:
+            warnings.warn("markup=false: a context holding '{{' is read as plain text", SetLLMWarning, stacklevel=2)
         return self.options.markup and "{{" in context
 
     def _score(self, pairs: Sequence[tuple[EncodedPrompt, list[int]]], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
