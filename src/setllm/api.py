@@ -190,6 +190,8 @@ class SetLLM:
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:
+        """The same weights read under another variant. On an adapted model this is not the
+        base model: ``from_pretrained(variant="causal-pe")`` loads that (no shipped adapter)."""
         return self.with_options(variant=get_variant(variant), exact=exact)
 
     # -- encode -------------------------------------------------------------------------
