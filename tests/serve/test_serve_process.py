@@ -13,7 +13,6 @@ import time
 
 import httpx
 import pytest
-
 from serve_helpers import running
 
 from setllm.cli import COMMANDS

@@ -215,9 +215,7 @@ def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "ch
     gets the adapter shipped for ``kind`` of task (:func:`setllm.api.default_adapter`)."""
     import torch
 
-    from ..api import SetLLM
-
-    from ..api import embedded_or
+    from ..api import SetLLM, embedded_or
 
     opts = config_from_args(ModelOptions, args)
     opts.model = embedded_or(opts.model)  # the embedded model's own .gguf by path is the embedded model

@@ -7,15 +7,14 @@ import itertools
 import json
 import math
 import sys
-from pathlib import Path
 
 from ..errors import InputError
 from .common import (
     ModelOptions,
     add_command,
     add_file_job_flags,
-    describe,
     config_from_args,
+    describe,
     load_setllm,
     run_file_job,
 )

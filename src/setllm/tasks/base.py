@@ -16,7 +16,6 @@ option ``ordering[p]`` of the record.
 from __future__ import annotations
 
 import warnings
-
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
