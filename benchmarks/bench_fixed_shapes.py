@@ -3,10 +3,10 @@
 Eight different multiple-choice questions (those of bench_serve.py) on the embedded model,
 scored three ways, each repeated and the median taken:
 
-- alone, fixed shapes (PROMPT_ROWS = 4: a lone question pays for 4 prompt rows), as the
-  library, `setllm choose` and an unbatched server run it;
-- alone, one prompt row (PROMPT_ROWS = 1, option rows as usual): what a lone question would
-  cost without the fixed row count (and without the guarantee);
+- alone, fixed shapes (linear layers in blocks of MATMUL_ROWS = 64 rows, the last padded), as
+  the library, `setllm choose` and an unbatched server run it;
+- alone, without the row blocks (one product per layer, of whatever row count): what a lone
+  question would cost without the guarantee;
 - all eight in one call, fixed shapes, as a batching server runs them.
 
 Also checks that the eight scored together equal the eight scored alone, bit for bit.
@@ -54,18 +54,18 @@ def main() -> None:
     same = together == alone
     t_fixed = timed(lambda: [run([r]) for r in requests], args.repeats)
     t_batch = timed(lambda: run(requests), args.repeats)
-    rows = scoring.PROMPT_ROWS
-    scoring.PROMPT_ROWS = 1
+    rows = scoring.MATMUL_ROWS
+    scoring.MATMUL_ROWS = 1 << 30  # one block: the layer's plain product
     try:
         t_one = timed(lambda: [run([r]) for r in requests], args.repeats)
     finally:
-        scoring.PROMPT_ROWS = rows
+        scoring.MATMUL_ROWS = rows
     n = len(requests)
     print(f"# fixed shapes of score_requests ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {__import__('torch').get_num_threads()}; "
           f"{n} questions, median of {args.repeats})\n")
-    print("| how | seconds per question | relative to alone, one row |")
+    print("| how | seconds per question | relative to alone, no row blocks |")
     print("|---|---|---|")
-    for name, t in (("alone, one prompt row (no guarantee)", t_one), (f"alone, fixed shapes ({rows} prompt rows)", t_fixed),
+    for name, t in (("alone, no row blocks (no guarantee)", t_one), (f"alone, fixed shapes (blocks of {rows} rows)", t_fixed),
                     (f"all {n} together, fixed shapes", t_batch)):
         print(f"| {name} | {t / n:.3f} | {t / t_one:.2f} |")
     print(f"\n- the {n} questions scored together equal the {n} scored alone, bit for bit: **{'yes' if same else 'NO'}**")

@@ -8,6 +8,7 @@ Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from functools import cache as _once
 
@@ -103,6 +104,44 @@ def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayou
             **{_cache_kwarg(): cache},
             logits_to_keep=logits_to_keep,
         )
+
+
+@contextmanager
+def fixed_row_linears(model, rows: int):
+    """Inside, every linear layer of ``model`` (``nn.Linear``; gpt2's ``Conv1D``) multiplies
+    its input as blocks of exactly ``rows`` rows (the last zero-padded), so a row's result
+    depends on the row alone, never on how many rows share the forward (see
+    :mod:`setllm.scoring`). Only the model's own layers change, and only inside the block."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+    before = [m.__dict__.get("forward") for m in layers]  # an instance-level forward (a hook's) is kept
+    for m in layers:
+        m.forward = functools.partial(_blocked_linear, m, rows, isinstance(m, Conv1D))
+    try:
+        yield
+    finally:
+        for m, forward in zip(layers, before):
+            if forward is None:
+                del m.forward  # back to the class's own forward
+            else:
+                m.forward = forward
+
+
+def _blocked_linear(layer, rows: int, conv1d: bool, x):
+    import torch
+
+    flat = x.reshape(-1, x.shape[-1])  # [M, in]
+    n = flat.shape[0]
+    if n % rows:
+        flat = torch.cat([flat, flat.new_zeros(rows - n % rows, flat.shape[1])])
+    if conv1d:  # gpt2's Conv1D: weight [in, out]
+        blocks = [torch.addmm(layer.bias, block, layer.weight) for block in flat.split(rows)]
+    else:
+        blocks = [torch.nn.functional.linear(block, layer.weight, layer.bias) for block in flat.split(rows)]
+    out = torch.cat(blocks)
+    return out[:n].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def output_cache(out):

@@ -9,13 +9,17 @@ CPU. A BLAS picks its kernel, blocking and thread split by the shape of a matrix
 so a row multiplied among 8 rows can get other low bits than the same row alone (measured
 here: 15 of 22 row counts differ from a subset, at 1 and 2 threads; on Intel even 4+ rows
 differ). Within one shape the rows are computed alike wherever they sit (measured here: 0
-differences when rows move). So every forward of :func:`score_requests` has a shape fixed
-by the request alone: ``PROMPT_ROWS`` prompts left-padded to a multiple of
-``PROMPT_BUCKET`` tokens, then ``OPTION_ROWS`` option rows right-padded to a multiple of
-``OPTION_BUCKET`` tokens; missing rows are copies of a real one. Only requests with the
-same two buckets share a forward. A request alone and the same request among others then
-run the very same kernels: bit-identical by construction, not by a property of one CPU.
-(The thread count is part of the kernel choice: compare within one thread count.)
+differences when rows move). So in every forward of :func:`score_requests` each linear
+layer runs as products of exactly ``MATMUL_ROWS`` rows (the last block zero-padded,
+:func:`setllm.runtime.fixed_row_linears`), whatever the batch; and attention, computed per
+row over the keys it has, gets keys of a length fixed by the request alone: its prompt
+left-padded to a multiple of ``PROMPT_BUCKET`` tokens, its options right-padded to a multiple
+of ``OPTION_BUCKET``. Only requests with the same two buckets share a forward. A request
+alone and the same request among others then run the very same kernels on its rows:
+bit-identical by construction, not by a property of one CPU. (The thread count is part of
+the kernel choice: compare within one thread count.) Matrix products of 64 rows run at full
+speed on a CPU (measured here: 116 GFLOP/s, as 128 to 1024 rows), so the price is the
+padding of the last block and of the buckets.
 
 Shapes: B prompts, R option rows (sum of options over prompts), L option tokens, V vocab.
 """
@@ -30,7 +34,7 @@ import torch
 from .batch import Batch, collate, continuation_layout
 from .encoding import EncodedPrompt
 from .errors import InputError
-from .runtime import context_length, forward, new_cache, output_cache, sliding_window
+from .runtime import context_length, fixed_row_linears, forward, new_cache, output_cache, sliding_window
 from .variants import Variant
 
 
@@ -51,13 +55,12 @@ class OptionScore:
     n_tokens: int
 
 
-# The fixed shapes of every scoring forward (see the module docstring). Four prompt rows
-# make a lone request cost about four prefills of itself; the option forward is small and
-# bound by reading the weights, so sixteen rows cost about what one does.
-PROMPT_ROWS = 4
-OPTION_ROWS = 16
+# The fixed shapes of every scoring forward (see the module docstring).
+MATMUL_ROWS = 64
 PROMPT_BUCKET = 16
 OPTION_BUCKET = 4
+PROMPTS_PER_FORWARD = 8  # a bound on memory only: any count gives the same bits
+OPTION_ROWS_PER_FORWARD = 64
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,8 @@ def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[Scor
     ordered = [sorted(r) for r in rows]
     done: dict[tuple[int, tuple[int, ...]], TokenScore] = {}
     for members in _bucket_groups(model.config, uniq, ordered):
-        for lo in range(0, len(members), PROMPT_ROWS):
-            block = members[lo : lo + PROMPT_ROWS]
+        for lo in range(0, len(members), PROMPTS_PER_FORWARD):
+            block = members[lo : lo + PROMPTS_PER_FORWARD]
             done.update(_score_block(model, variant, pad_id, [uniq[u] for u in block], [ordered[u] for u in block], block))
     return [[done[(prompts[identity(r.prompt)], tuple(o))] for o in r.options] for r in requests]
 
@@ -132,20 +135,19 @@ def _round_up(n: int, step: int) -> int:
 
 
 def _score_block(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
-    """One prefill of ``PROMPT_ROWS`` rows, then the options in forwards of ``OPTION_ROWS``."""
+    """One prefill of prompts of one bucket, then their options in forwards of option rows."""
     n_prompt, n_option = buckets(model.config, max(map(len, encs)), max(len(o) for opts in options for o in opts))
-    filled = list(encs) + [encs[0]] * (PROMPT_ROWS - len(encs))  # copies: the shape is fixed
-    batch = collate(filled, variant.positions, pad_id, length=n_prompt)
-    cache, next_logprobs = prefill(model, variant, batch)
-    flat = [(b, o) for b, opts in enumerate(options) for o in opts]
-    out = {}
-    for lo in range(0, len(flat), OPTION_ROWS):
-        chunk = flat[lo : lo + OPTION_ROWS]
-        chunk = chunk + [chunk[0]] * (OPTION_ROWS - len(chunk))
-        rows = torch.tensor([b for b, _ in chunk])
-        logp, hit, valid = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
-        for (b, o), lp, h in zip(chunk, logp.sum(1).tolist(), hit.all(1).tolist()):
-            out[(keys[b], o)] = TokenScore(lp, len(o), h)
+    with fixed_row_linears(model, MATMUL_ROWS):
+        batch = collate(list(encs), variant.positions, pad_id, length=n_prompt)
+        cache, next_logprobs = prefill(model, variant, batch)
+        flat = [(b, o) for b, opts in enumerate(options) for o in opts]
+        out = {}
+        for lo in range(0, len(flat), OPTION_ROWS_PER_FORWARD):
+            chunk = flat[lo : lo + OPTION_ROWS_PER_FORWARD]
+            rows = torch.tensor([b for b, _ in chunk])
+            logp, hit, valid = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
+            for (b, o), lp, h in zip(chunk, logp.sum(1).tolist(), hit.all(1).tolist()):
+                out[(keys[b], o)] = TokenScore(lp, len(o), h)
     return out
 
 

@@ -59,7 +59,7 @@ def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm
     monkeypatch.setattr(scoring, "prefill", lambda *a: calls.append(a[2].input_ids.shape) or real(*a))
     a, b = request(lm, 1), request(lm, 1, OPTIONS[::-1])
     got = run(lm, [a, b, a])
-    assert len(calls) == 1 and calls[0][0] == scoring.PROMPT_ROWS  # one prefill, fixed row count
+    assert len(calls) == 1 and calls[0][0] == 1  # one prefill, of the one distinct prompt
     assert calls[0][1] % scoring.PROMPT_BUCKET == 0
     assert got[1] == got[0][::-1] and got[2] == got[0]
 
@@ -73,6 +73,17 @@ def test_greedy_flag_and_one_token_options(lm):
     got = run(lm, [scoring.ScoreRequest(enc, [[top], [other]])])[0]
     assert [s.greedy for s in got] == [True, False] and [s.n_tokens for s in got] == [1, 1]
     assert got[0].logprob == pytest.approx(float(first[top]), abs=1e-5)
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("arch", ["gpt2", "qwen3"])
+def test_other_architectures_score_the_same_bits_with_companions(arch):
+    """gpt2's linear layers are Conv1D, not nn.Linear: they get the fixed row blocks too."""
+    lm = SetLLM(tiny_model(arch, hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+                if arch != "gpt2" else tiny_model(arch, n_embd=128, n_head=4), tiny_tokenizer(), "setmask-setpe")
+    reqs = [request(lm, w) for w in range(5)]
+    alone = [run(lm, [r])[0] for r in reqs]
+    assert run(lm, reqs) == alone and run(lm, reqs[::-1]) == alone[::-1]
 
 
 def test_an_empty_option_is_refused(lm):

@@ -69,7 +69,7 @@ def test_requests_sharing_a_context_share_one_prefill(lm, monkeypatch):
     monkeypatch.setattr(scoring, "prefill", lambda model, variant, batch: rows.append(batch.input_ids.shape[0]) or real(model, variant, batch))
     other = CONTEXT.replace("France", "Hungary")
     loglikelihoods(lm, [(c, o) for o in OPTIONS for c in (CONTEXT, other)])
-    assert rows == [scoring.PROMPT_ROWS]  # six requests, two contexts: one prefill (of the fixed row count)
+    assert rows == [2]  # six requests, two contexts: one prefill of two rows
 
 
 @pytest.mark.usefixtures("threads")
