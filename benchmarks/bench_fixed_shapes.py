@@ -17,6 +17,7 @@ Usage: python benchmarks/bench_fixed_shapes.py [--repeats 3]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -54,12 +55,12 @@ def main() -> None:
     same = together == alone
     t_fixed = timed(lambda: [run([r]) for r in requests], args.repeats)
     t_batch = timed(lambda: run(requests), args.repeats)
-    rows = scoring.MATMUL_ROWS
-    scoring.MATMUL_ROWS = 1 << 30  # one block: the layer's plain product
+    rows, blocked = scoring.MATMUL_ROWS, scoring.fixed_row_linears
+    scoring.fixed_row_linears = lambda model, rows, head_rows: contextlib.nullcontext()  # each layer's plain product
     try:
         t_one = timed(lambda: [run([r]) for r in requests], args.repeats)
     finally:
-        scoring.MATMUL_ROWS = rows
+        scoring.fixed_row_linears = blocked
     n = len(requests)
     print(f"# fixed shapes of score_requests ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {__import__('torch').get_num_threads()}; "
           f"{n} questions, median of {args.repeats})\n")

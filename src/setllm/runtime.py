@@ -107,18 +107,22 @@ def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayou
 
 
 @contextmanager
-def fixed_row_linears(model, rows: int):
+def fixed_row_linears(model, rows: int, head_rows: int):
     """Inside, every linear layer of ``model`` (``nn.Linear``; gpt2's ``Conv1D``) multiplies
-    its input as blocks of exactly ``rows`` rows (the last zero-padded), so a row's result
-    depends on the row alone, never on how many rows share the forward (see
-    :mod:`setllm.scoring`). Only the model's own layers change, and only inside the block."""
+    its input as blocks of exactly ``rows`` rows, the output head as blocks of ``head_rows``
+    (the last block zero-padded), so a row's result depends on the row alone, never on how
+    many rows share the forward (see :mod:`setllm.scoring`). The head gets smaller blocks
+    because it is read for one row per prompt and is the widest layer (a 49k-word vocabulary
+    times 64 rows would cost more than the row it serves). Only the model's own layers
+    change, and only inside the block."""
     import torch
     from transformers.pytorch_utils import Conv1D
 
+    head = model.get_output_embeddings()
     layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
     before = [m.__dict__.get("forward") for m in layers]  # an instance-level forward (a hook's) is kept
     for m in layers:
-        m.forward = functools.partial(_blocked_linear, m, rows, isinstance(m, Conv1D))
+        m.forward = functools.partial(_blocked_linear, m, head_rows if m is head else rows, isinstance(m, Conv1D))
     try:
         yield
     finally:

@@ -10,7 +10,8 @@ so a row multiplied among 8 rows can get other low bits than the same row alone 
 here: 15 of 22 row counts differ from a subset, at 1 and 2 threads; on Intel even 4+ rows
 differ). Within one shape the rows are computed alike wherever they sit (measured here: 0
 differences when rows move). So in every forward of :func:`score_requests` each linear
-layer runs as products of exactly ``MATMUL_ROWS`` rows (the last block zero-padded,
+layer runs as products of exactly ``MATMUL_ROWS`` rows (the output head ``HEAD_ROWS``; the
+last block zero-padded,
 :func:`setllm.runtime.fixed_row_linears`), whatever the batch; and attention, computed per
 row over the keys it has, gets keys of a length fixed by the request alone: its prompt
 left-padded to a multiple of ``PROMPT_BUCKET`` tokens, its options right-padded to a multiple
@@ -57,6 +58,7 @@ class OptionScore:
 
 # The fixed shapes of every scoring forward (see the module docstring).
 MATMUL_ROWS = 64
+HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
 PROMPT_BUCKET = 16
 OPTION_BUCKET = 4
 PROMPTS_PER_FORWARD = 8  # a bound on memory only: any count gives the same bits
@@ -137,7 +139,7 @@ def _round_up(n: int, step: int) -> int:
 def _score_block(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
     """One prefill of prompts of one bucket, then their options in forwards of option rows."""
     n_prompt, n_option = buckets(model.config, max(map(len, encs)), max(len(o) for opts in options for o in opts))
-    with fixed_row_linears(model, MATMUL_ROWS):
+    with fixed_row_linears(model, MATMUL_ROWS, HEAD_ROWS):
         batch = collate(list(encs), variant.positions, pad_id, length=n_prompt)
         cache, next_logprobs = prefill(model, variant, batch)
         flat = [(b, o) for b, opts in enumerate(options) for o in opts]
