@@ -26,6 +26,7 @@ from .templates import mc_prompt, options_of
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
 # The adapters shipped for the embedded model, one per kind of task they were trained for.
+SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score)
 SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge", "documents": "smollm2-135m-documents"}
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS["choose"]
 
@@ -218,8 +219,11 @@ class SetLLM:
         if len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
-        for lo in self._chunks(len(prompts), "scoring"):
-            chunk, opts = prompts[lo : lo + self.batch_size], options[lo : lo + self.batch_size]
+        # The driver groups prompts by length bucket: give it several batches at once, so that
+        # the groups fill (a batch of 8 mixed lengths would run as several small forwards).
+        window = self.batch_size * SCORING_WINDOW
+        for lo in self._chunks(len(prompts), "scoring", window):
+            chunk, opts = prompts[lo : lo + window], options[lo : lo + window]
             requests = [scoring.ScoreRequest(self.encode(p), [self.response_ids(p, o, eos) for o in os_]) for p, os_ in zip(chunk, opts)]
             sums = scoring.score_requests(self.model, self.variant, self.pad_id, requests)
             results += [scoring.to_option_scores(o, s) for o, s in zip(opts, sums)]
@@ -292,10 +296,11 @@ class SetLLM:
         batch = collate([enc], self.variant.positions, self.pad_id, responses=resp)
         return forward(self.model, self.variant, batch.input_ids, batch.position_ids, batch.layout).logits[0].float()
 
-    def _chunks(self, n: int, what: str):
-        starts = range(0, n, self.batch_size)
-        show = self.options.progress and n > self.batch_size
-        return tqdm(starts, desc=what, unit="batch", total=math.ceil(n / self.batch_size), disable=not show)
+    def _chunks(self, n: int, what: str, size: int | None = None):
+        size = size or self.batch_size
+        starts = range(0, n, size)
+        show = self.options.progress and n > size
+        return tqdm(starts, desc=what, unit="batch", total=math.ceil(n / size), disable=not show)
 
     def __repr__(self) -> str:
         o = self.options

@@ -61,7 +61,7 @@ MATMUL_ROWS = 64
 HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
 PROMPT_BUCKET = 16
 OPTION_BUCKET = 4
-PROMPTS_PER_FORWARD = 8  # a bound on memory only: any count gives the same bits
+PROMPTS_PER_FORWARD = 16  # a bound on memory only: any count gives the same bits
 OPTION_ROWS_PER_FORWARD = 64
 
 

@@ -206,7 +206,7 @@ def _questions_per_chunk(batch_size: int, todo: Sequence[MCRecord], one_run: boo
     """Enough questions to fill a forward batch with their orderings, no more: with 24
     orderings a question, the progress bar then moves question by question."""
     if one_run or not todo:
-        return batch_size
+        return batch_size * 4  # one prompt a question: several batches, so the scoring driver's length groups fill
     return max(1, batch_size // len(_due(todo[0], one_run, cfg, template)))
 
 
