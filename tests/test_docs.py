@@ -14,12 +14,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sybil = pytest.importorskip("sybil")
+from server_process import serve_process  # noqa: E402
 from sybil.parsers.markdown import CodeBlockParser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,22 +55,8 @@ def matches(expected: str, got: str) -> bool:
 @pytest.fixture(scope="module")
 def server():
     """A real `setllm serve` on the embedded model, on a free loopback port."""
-    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True, env=_env(), cwd=ROOT)
-    lines = []
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not any("Ctrl-C stops" in line for line in lines):
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-        port = re.search(r"listening on http://127\.0\.0\.1:(\d+)", "".join(lines))
-        assert port, "".join(lines)
-        yield f"127.0.0.1:{port.group(1)}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with serve_process(cwd=ROOT) as (_, url):
+        yield url.removeprefix("http://")
 
 
 def _env() -> dict:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from serve_helpers import running
+from server_process import serve_process
 
 from setllm import Set, generation, scoring
 from setllm.batch import collate
@@ -98,22 +97,6 @@ def test_the_clients_error_classes_carry_our_one_line(client):
     assert bad.value.body == "max_tokens: 0 generates nothing; it is only useful with echo: true"
 
 
-def _serve(model_dir: str, *flags: str):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--model", model_dir, "--port", "0", *flags],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    lines = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not any("Ctrl-C stops" in line for line in lines):
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-    port = re.search(r"listening on http://127\.0\.0\.1:(\d+)", "".join(lines))
-    assert port, "".join(lines)
-    return proc, f"http://127.0.0.1:{port.group(1)}"
-
-
 def _lm_eval(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "setllm.lm_eval", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -126,15 +109,11 @@ def _samples(out: Path, task: str) -> list[dict]:
 def test_lm_eval_local_completions_equals_the_setllm_backend(model_dir, tmp_path):
     """lm-eval's own OpenAI-legacy client (`local-completions`: loglikelihood through echo +
     logprobs) against `setllm serve --variant causal-pe` scores as `--model setllm` does."""
-    proc, url = _serve(model_dir, "--adapter", "none", "--variant", "causal-pe")
-    try:
+    with serve_process("--model", model_dir, "--adapter", "none", "--variant", "causal-pe") as (_, url):
         remote = _lm_eval("--model", "local-completions", "--tasks", "setllm_test_plain", "--include_path", "tests/fixtures/lm_eval",
                           "--model_args", f"base_url={url}/v1/completions,model=setllm,tokenizer={model_dir},tokenizer_backend=huggingface,"
                                           "num_concurrent=1,max_retries=1,add_bos_token=True",
                           "--log_samples", "--output_path", str(tmp_path / "remote"))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     assert remote.returncode == 0, remote.stderr[-3000:]
     local = _lm_eval("--model", "setllm", "--model_args", f"model={model_dir},variant=causal-pe,adapter=none", "--tasks", "setllm_test_plain",
                      "--include_path", "tests/fixtures/lm_eval", "--log_samples", "--output_path", str(tmp_path / "local"))

@@ -3,50 +3,22 @@ and on SIGTERM finishes the request in flight, turns new ones away, and exits in
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 from serve_helpers import running
-
-from setllm.cli import COMMANDS
+from server_process import serve_process
 
 STOP_WITHIN_S = 10
 
 
-def serve_command(*flags: str) -> list[str]:
-    """`setllm serve` (as `python -m setllm.cli.serve` until the CLI lists it)."""
-    if "serve" in COMMANDS:
-        return [sys.executable, "-m", "setllm", "serve", *flags]
-    return [sys.executable, "-m", "setllm.cli.serve", *flags]
-
-
 @pytest.fixture
 def server(model_dir):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(serve_command("--model", model_dir, "--adapter", "none", "--port", "0"),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    lines = []
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not any("Ctrl-C stops" in line for line in lines):
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-        port = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(loopback only", "".join(lines))
-        assert port, "".join(lines)
-        yield proc, f"http://127.0.0.1:{port.group(1)}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with serve_process("--model", model_dir, "--adapter", "none") as running_server:
+        yield running_server
 
 
 def test_sigterm_drains_and_exits(server):
