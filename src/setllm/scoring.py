@@ -147,7 +147,7 @@ def _score_block(model, variant: Variant, pad_id: int, encs, options, keys) -> d
         for lo in range(0, len(flat), OPTION_ROWS_PER_FORWARD):
             chunk = flat[lo : lo + OPTION_ROWS_PER_FORWARD]
             rows = torch.tensor([b for b, _ in chunk])
-            logp, hit, valid = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
+            logp, hit, _ = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
             for (b, o), lp, h in zip(chunk, logp.sum(1).tolist(), hit.all(1).tolist()):
                 out[(keys[b], o)] = TokenScore(lp, len(o), h)
     return out
