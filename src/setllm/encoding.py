@@ -38,6 +38,11 @@ class EncodedPrompt:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    @classmethod
+    def plain(cls, ids: Sequence[int]) -> EncodedPrompt:
+        """Token ids read as plain text (no sets)."""
+        return cls(list(ids), [NOT_IN_SET] * len(ids), [NOT_IN_SET] * len(ids))
+
     def positions(self, scheme: PositionKind) -> tuple[list[int], int]:
         """Position ids under ``scheme`` and the position the response starts at."""
         n = len(self.input_ids)

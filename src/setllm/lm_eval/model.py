@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .. import generation, scoring
 from ..api import SetLLM
 from ..batch import collate
-from ..encoding import NOT_IN_SET, EncodedPrompt
+from ..encoding import EncodedPrompt
 from ..errors import InputError, SetLLMWarning
 from ..markup import parse_markup
 from ..runtime import context_length
@@ -195,7 +195,7 @@ class SetLLMLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """lm-eval's token-level entry: ``(key, context ids, continuation ids)``."""
-        return self._score([(plain(ctx), list(cont)) for _, ctx, cont in requests], disable_tqdm)
+        return self._score([(EncodedPrompt.plain(ctx), list(cont)) for _, ctx, cont in requests], disable_tqdm)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of whole texts in disjoint windows, as ``--model hf`` (texts are plain)."""
@@ -204,7 +204,7 @@ class SetLLMLM(TemplateLM):
             rolling = lm_utils.get_rolling_token_windows(token_list=self.tok_encode(text), prefix_token=self.prefix_token_id,
                                                          max_seq_len=self.max_length, context_len=1)
             for ctx, cont in map(lm_utils.make_disjoint_window, rolling):
-                windows.append((plain(ctx), list(cont)))
+                windows.append((EncodedPrompt.plain(ctx), list(cont)))
                 owner.append(i)
         totals = [0.0] * len(requests)
         for i, (logprob, _) in zip(owner, self._score(windows, disable_tqdm)):
@@ -226,10 +226,10 @@ class SetLLMLM(TemplateLM):
         elif context == "":
             cont = self.tok_encode(continuation, add_special_tokens=False)
             ctx, cont = ([self.prefix_token_id], cont) if cont[:1] != [self.prefix_token_id] else (cont[:1], cont[1:])
-            enc = plain(ctx)
+            enc = EncodedPrompt.plain(ctx)
         else:
             ctx, cont = self._encode_pair(context, continuation)
-            enc = plain(ctx[-max(1, self.max_length - len(cont)):])  # left-truncated as --model hf does
+            enc = EncodedPrompt.plain(ctx[-max(1, self.max_length - len(cont)):])  # left-truncated as --model hf does
         if not cont:
             raise InputError(f"the continuation {continuation!r} tokenizes to nothing")
         eos = self.options.eos if self.options.eos != "auto" else is_set
@@ -285,7 +285,7 @@ class SetLLMLM(TemplateLM):
         ids = self.tok_encode(context)[-max(1, self.max_length - room):]  # left-truncated as --model hf does
         if not ids:
             raise InputError("generate_until: empty context")
-        return plain(ids)
+        return EncodedPrompt.plain(ids)
 
     def _generation_config(self, gen_kwargs: dict) -> generation.GenerationConfig:
         """lm-eval's gen_kwargs as a :class:`GenerationConfig` (``--model hf``'s reading)."""
@@ -306,9 +306,3 @@ class SetLLMLM(TemplateLM):
 
     def __repr__(self) -> str:
         return f"SetLLMLM({self.llm!r}, eos={self.options.eos!r}, markup={self.options.markup})"
-
-
-def plain(ids: Sequence[int]) -> EncodedPrompt:
-    """Token ids read as plain text (no sets)."""
-    n = len(ids)
-    return EncodedPrompt(list(ids), [NOT_IN_SET] * n, [NOT_IN_SET] * n)

@@ -57,13 +57,15 @@ class GenerateJob:
 
 @dataclass(frozen=True)
 class Scores:
-    logprobs: list[float]
-    n_tokens: list[int]
+    scores: list[scoring.TokenScore]  # one per option, the request's order
     prompt_tokens: int
-    greedy: list[bool] = field(default_factory=list)
+
+    @property
+    def logprobs(self) -> list[float]:
+        return [s.logprob for s in self.scores]
 
     def option_scores(self, texts: Sequence[str]) -> list[scoring.OptionScore]:
-        return [scoring.OptionScore(t, lp, lp / n, n) for t, lp, n in zip(texts, self.logprobs, self.n_tokens)]
+        return scoring.to_option_scores(texts, self.scores)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ class Engine:
             bad = [t for t in prompt if not 0 <= t < len(self.lm.tokenizer)]
             if bad or not prompt:
                 raise BadRequest(f"prompt: token id {bad[0]} is not in the vocabulary" if bad else "prompt: no tokens")
-            enc = EncodedPrompt(list(prompt), [NOT_IN_SET] * len(prompt), [NOT_IN_SET] * len(prompt))
+            enc = EncodedPrompt.plain(prompt)
         else:
             enc = codec.encoder.encode(codec.prepare(prompt))  # canonical in exact mode
         if limit is not None and len(enc) > limit:
@@ -222,7 +224,7 @@ class Engine:
         results = scoring.score_requests(self.lm.model, self.lm.variant, self.lm.pad_id, requests)
         if record:
             self.on_forward(len(group))
-        return [Scores([s.logprob for s in r], [s.n_tokens for s in r], len(p.enc), [s.greedy for s in r]) for p, r in zip(group, results)]
+        return [Scores(r, len(p.enc)) for p, r in zip(group, results)]
 
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
