@@ -101,7 +101,7 @@ def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayou
             position_ids=position_ids.to(device),
             attention_mask=mask,
             use_cache=cache is not None,
-            **{_cache_kwarg(): cache},
+            **{cache_kwarg(): cache},
             logits_to_keep=logits_to_keep,
         )
 
@@ -154,7 +154,7 @@ def output_cache(out):
 
 
 @_once
-def _cache_kwarg() -> str:
+def cache_kwarg() -> str:
     # transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns on the old name;
     # asking by version keeps every supported release quiet.
     import transformers

@@ -1,28 +1,31 @@
-"""Score candidate responses by log-likelihood: encode -> prefill -> score_continuations.
+"""Score candidate responses by log-likelihood: encode -> prefill -> score the options.
 
-The prompt is run once; its KV cache is gathered once per option and the options go
-through batched forwards. :func:`score_requests` is the one driver every surface calls
-(the library, the server, the lm-eval backend).
+:func:`score_requests` is the one driver every surface calls (the library, the server, the
+lm-eval backend). It runs each distinct prompt once, then every option row on its prompt's
+KV cache, many prompts per forward.
 
 Why fixed shapes: a request's scores must not depend on what else is in its batch, on any
 CPU. A BLAS picks its kernel, blocking and thread split by the shape of a matrix product,
 so a row multiplied among 8 rows can get other low bits than the same row alone (measured
 here: 15 of 22 row counts differ from a subset, at 1 and 2 threads; on Intel even 4+ rows
 differ). Within one shape the rows are computed alike wherever they sit (measured here: 0
-differences when rows move). So in every forward of :func:`score_requests` each linear
-layer runs as products of exactly ``MATMUL_ROWS`` rows (the output head ``HEAD_ROWS``; the
-last block zero-padded,
-:func:`setllm.runtime.fixed_row_linears`), whatever the batch; and attention, computed per
-row over the keys it has, gets keys of a length fixed by the request alone: its prompt
-left-padded to a multiple of ``PROMPT_BUCKET`` tokens, its options right-padded to a multiple
-of ``OPTION_BUCKET``. Only requests with the same two buckets share a forward. A request
-alone and the same request among others then run the very same kernels on its rows:
-bit-identical by construction, not by a property of one CPU. (The thread count is part of
-the kernel choice: compare within one thread count.) Matrix products of 64 rows run at full
-speed on a CPU (measured here: 116 GFLOP/s, as 128 to 1024 rows), so the price is the
-padding of the last block and of the buckets.
+differences when rows move). So:
 
-Shapes: B prompts, R option rows (sum of options over prompts), L option tokens, V vocab.
+- the tokens of all prompts of a forward (then of all option rows) are packed into one row
+  of real tokens, and every linear layer multiplies it as blocks of exactly ``MATMUL_ROWS``
+  rows (the output head ``HEAD_ROWS``; the last block zero-padded,
+  :func:`setllm.runtime.fixed_row_linears`), whatever the batch;
+- attention, the one place tokens meet, runs per request (:mod:`setllm.segments`) on a block
+  whose shape the request alone fixes: its prompt left-padded to a multiple of
+  ``PROMPT_BUCKET`` tokens, each option right-padded to a multiple of ``OPTION_BUCKET``.
+
+A (prompt, option) pair alone and among any others then runs the very same kernels on its
+rows: bit-identical by construction, not by a property of one CPU. (The thread count is
+part of the kernel choice: compare within one thread count.) Products of 64 rows run at
+full speed on a CPU (measured here: 116 GFLOP/s, as 128 to 1024 rows); padding goes through
+no layer but attention, so the price is the last partial block of each forward.
+
+Shapes: B prompts, V vocab; packed rows are ``[1, S]``.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ import torch
 
 from .batch import Batch, collate, continuation_layout
 from .encoding import EncodedPrompt
+from . import segments
 from .errors import InputError
-from .runtime import context_length, fixed_row_linears, forward, new_cache, output_cache, sliding_window
+from .masks import render_bool, variant_mask
+from .runtime import cache_kwarg, check_length, fixed_row_linears, forward, new_cache, output_cache
 from .variants import Variant
 
 
@@ -61,8 +66,9 @@ MATMUL_ROWS = 64
 HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
 PROMPT_BUCKET = 16
 OPTION_BUCKET = 4
-PROMPTS_PER_FORWARD = 16  # a bound on memory only: any count gives the same bits
-OPTION_ROWS_PER_FORWARD = 64
+# Bounds on memory only (any split gives the same bits): packed tokens per forward.
+PREFILL_TOKENS = 2048
+OPTION_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -84,9 +90,9 @@ class TokenScore:
 
 @torch.no_grad()
 def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[ScoreRequest]) -> list[list[TokenScore]]:
-    """Score every option of every request, each with the same bits whatever the other
-    requests are (module docstring). Requests with the same encoded prompt share a prefill,
-    and equal options of one prompt a row."""
+    """Score every option of every request; each (prompt, option) gets the same bits
+    whatever else is scored with it (module docstring). Requests with the same encoded
+    prompt share a prefill, and equal options of one prompt a row."""
     prompts: dict[tuple, int] = {}  # identity -> unique prompt
     uniq: list[EncodedPrompt] = []
     rows: list[set[tuple[int, ...]]] = []
@@ -98,14 +104,9 @@ def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[Scor
             uniq.append(req.prompt)
             rows.append(set())
         rows[u].update(tuple(o) for o in req.options)
-    # A prompt's rows in a canonical order (sorted ids), so any ordering of one question's
-    # options is the same computation.
-    ordered = [sorted(r) for r in rows]
     done: dict[tuple[int, tuple[int, ...]], TokenScore] = {}
-    for members in _bucket_groups(model.config, uniq, ordered):
-        for lo in range(0, len(members), PROMPTS_PER_FORWARD):
-            block = members[lo : lo + PROMPTS_PER_FORWARD]
-            done.update(_score_block(model, variant, pad_id, [uniq[u] for u in block], [ordered[u] for u in block], block))
+    for chunk in _chunks(range(len(uniq)), lambda u: len(uniq[u]), PREFILL_TOKENS):
+        done.update(_score_prompts(model, variant, pad_id, [uniq[u] for u in chunk], [sorted(rows[u]) for u in chunk], chunk))
     return [[done[(prompts[identity(r.prompt)], tuple(o))] for o in r.options] for r in requests]
 
 
@@ -114,43 +115,121 @@ def identity(enc: EncodedPrompt) -> tuple:
     return tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids)
 
 
-def _bucket_groups(config, prompts: Sequence[EncodedPrompt], options: Sequence[Sequence[tuple[int, ...]]]) -> list[list[int]]:
-    """Prompt indices grouped by (prompt bucket, option bucket), in order of first arrival."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for u, (enc, opts) in enumerate(zip(prompts, options)):
-        groups.setdefault(buckets(config, len(enc), max(map(len, opts))), []).append(u)
-    return list(groups.values())
-
-
-def buckets(config, prompt_len: int, option_len: int) -> tuple[int, int]:
-    """The padded prompt and option lengths of a request; the prompt bucket never pushes a
-    request past the model's context or sliding window that it fits unpadded."""
-    opt = _round_up(option_len, OPTION_BUCKET)
-    limits = [x for x in (sliding_window(config), context_length(config)) if x]
-    room = min(limits) - opt if limits else None
-    padded = _round_up(prompt_len, PROMPT_BUCKET)
-    return (padded if room is None or padded <= room else max(prompt_len, room)), opt
+def _chunks(items, size, limit: int) -> list[list]:
+    """``items`` in order, cut into runs of at most ``limit`` total ``size`` (an item larger
+    than ``limit`` alone)."""
+    out, total = [[]], 0
+    for item in items:
+        if out[-1] and total + size(item) > limit:
+            out.append([])
+            total = 0
+        out[-1].append(item)
+        total += size(item)
+    return out if out[-1] else []
 
 
 def _round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
-def _score_block(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
-    """One prefill of prompts of one bucket, then their options in forwards of option rows."""
-    n_prompt, n_option = buckets(model.config, max(map(len, encs)), max(len(o) for opts in options for o in opts))
+class _Prompts:
+    """Prompts packed into one row: where each one's tokens are and its own padded layout."""
+
+    def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
+        self.variant, self.encs = variant, encs
+        self.starts = [sum(map(len, encs[:i])) for i in range(len(encs))]
+        self.total = sum(map(len, encs))
+        # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
+        self.batches = [collate([e], variant.positions, pad_id, length=_round_up(len(e), PROMPT_BUCKET)) for e in encs]
+
+    def keys(self, i: int) -> list[int]:
+        """Prompt ``i``'s packed token indices, left-padded to its bucket."""
+        n = len(self.encs[i])
+        return [segments.PAD] * (self.batches[i].input_ids.shape[1] - n) + list(range(self.starts[i], self.starts[i] + n))
+
+    def mask(self, i: int, response: torch.Tensor | None = None) -> torch.Tensor:
+        """``[Q, K]``: prompt ``i``'s own mask, or (``response``: a ``[L]`` valid flag) that of
+        a response after it."""
+        layout = self.batches[i].layout
+        if response is None:
+            return render_bool(variant_mask(self.variant.mask, layout), 1, layout.shape[1], layout.shape[1])[0, 0]
+        full = layout.cat(continuation_layout(response[None]))
+        return render_bool(variant_mask(self.variant.mask, full), 1, len(response), full.shape[1], q_offset=layout.shape[1])[0, 0]
+
+
+def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
+    """One packed prefill of ``encs``, then their option rows in packed forwards."""
+    packed = _Prompts(model, variant, pad_id, encs)
+    for i, e in enumerate(encs):
+        check_length(model.config, len(e) + max(map(len, options[i])), int(packed.batches[i].next_positions[0]) + max(map(len, options[i])))
     with fixed_row_linears(model, MATMUL_ROWS, HEAD_ROWS):
-        batch = collate(list(encs), variant.positions, pad_id, length=n_prompt)
-        cache, next_logprobs = prefill(model, variant, batch)
-        flat = [(b, o) for b, opts in enumerate(options) for o in opts]
+        cache, next_logprobs = _packed_prefill(model, packed)
         out = {}
-        for lo in range(0, len(flat), OPTION_ROWS_PER_FORWARD):
-            chunk = flat[lo : lo + OPTION_ROWS_PER_FORWARD]
-            rows = torch.tensor([b for b, _ in chunk])
-            logp, hit, _ = _row_logprobs(model, variant, batch, select_cache(cache, rows), next_logprobs, rows, [o for _, o in chunk], n_option)
-            for (b, o), lp, h in zip(chunk, logp.sum(1).tolist(), hit.all(1).tolist()):
-                out[(keys[b], o)] = TokenScore(lp, len(o), h)
-    return out
+        flat = [(i, o) for i, opts in enumerate(options) for o in opts]
+        for i, o in flat:  # the first token is read off the prefill
+            out[(keys[i], o)] = [float(next_logprobs[i, o[0]])], [int(next_logprobs[i].argmax()) == o[0]]
+        longer = [(i, o) for i, o in flat if len(o) > 1]
+        for chunk in _chunks(longer, lambda row: len(row[1]), OPTION_TOKENS):
+            for (i, o), (lp, hit) in zip(chunk, _packed_options(model, packed, cache, chunk)):
+                out[(keys[i], o)][0].extend(lp)
+                out[(keys[i], o)][1].extend(hit)
+    return {k: TokenScore(float(torch.tensor(lp).sum()), len(lp), all(hit)) for k, (lp, hit) in out.items()}
+
+
+def _packed_prefill(model, packed: _Prompts):
+    """The KV cache of the packed prompts and each one's next-token log-probs ``[B, V]``."""
+    ids = torch.tensor([t for e in packed.encs for t in e.input_ids])
+    pos = torch.tensor([p for e in packed.encs for p in e.positions(packed.variant.positions)[0]])
+    plan = segments.plan([segments.Segment(packed.keys(i), packed.keys(i), packed.mask(i)) for i in range(len(packed.encs))],
+                         packed.total, packed.total)
+    last = torch.tensor([s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)])
+    out = _packed_forward(model, plan, ids, pos, new_cache(), last)
+    return output_cache(out), out.logits[0].float().log_softmax(-1)
+
+
+def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[float], list[bool]]]:
+    """Tokens 1.. of each option row ``(prompt index, ids)`` after its prompt: their log-probs
+    and whether each was the argmax. The cache is left as it was."""
+    ids, pos, segs, keep, start = [], [], [], [], 0
+    for i, o in rows:
+        n, length = len(o), _round_up(len(o), OPTION_BUCKET)
+        nxt = int(packed.batches[i].next_positions[0])
+        ids += o
+        pos += [0] * n if packed.variant.positions == "nope" else list(range(nxt, nxt + n))
+        own = list(range(start, start + n)) + [segments.PAD] * (length - n)
+        keys = packed.keys(i) + [packed.total + j if j != segments.PAD else j for j in own]
+        segs.append(segments.Segment(own, keys, packed.mask(i, torch.arange(length) < n)))
+        keep += range(start, start + n - 1)  # token j predicts token j + 1
+        start += n
+    plan = segments.plan(segs, start, packed.total + start)
+    try:
+        out = _packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
+    finally:
+        _truncate(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
+    logp = out.logits[0].float().log_softmax(-1)  # [sum(n - 1), V]
+    targets = torch.tensor([t for _, o in rows for t in o[1:]])
+    got = logp.gather(1, targets[:, None].to(logp.device)).squeeze(1).cpu().tolist()
+    hits = (logp.argmax(-1).cpu() == targets).tolist()
+    result, at = [], 0
+    for _, o in rows:
+        result.append((got[at : at + len(o) - 1], hits[at : at + len(o) - 1]))
+        at += len(o) - 1
+    return result
+
+
+def _truncate(cache, n: int) -> None:
+    """Keep the first ``n`` tokens of every layer of ``cache`` (``crop``'s argument changed
+    meaning across transformers releases)."""
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+
+
+def _packed_forward(model, plan, ids, pos, cache, keep):
+    """One forward of a packed row under ``plan``, keeping the logits of rows ``keep``."""
+    device = model.device
+    with segments.segments_on(model, plan):
+        return model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=segments.placeholder_mask(device),
+                     use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
 
 
 def select_cache(cache, rows: torch.Tensor):

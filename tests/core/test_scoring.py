@@ -33,7 +33,7 @@ def run(lm, requests):
 def test_a_request_scores_the_same_bits_whatever_its_companions(lm):
     # Prompt lengths on both sides of a bucket edge, option sets of several lengths, 1 to 9 requests.
     reqs = [request(lm, w) for w in range(6)] + [request(lm, 1, ["a banana split", "dog"]), request(lm, 2, OPTIONS[:2])]
-    lengths = sorted({scoring.buckets(lm.model.config, len(r.prompt), max(map(len, r.options)))[0] for r in reqs})
+    lengths = sorted({-(-len(r.prompt) // scoring.PROMPT_BUCKET) for r in reqs})
     assert len(lengths) >= 2  # the requests do straddle a prompt bucket edge
     alone = [run(lm, [r])[0] for r in reqs]
     for size in range(2, len(reqs) + 1):
@@ -55,13 +55,22 @@ def test_equals_the_unpadded_ladder_up_to_rounding(lm):
 
 def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm, monkeypatch):
     calls = []
-    real = scoring.prefill
-    monkeypatch.setattr(scoring, "prefill", lambda *a: calls.append(a[2].input_ids.shape) or real(*a))
+    real = scoring._packed_prefill
+    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed: calls.append(len(packed.encs)) or real(model, packed))
     a, b = request(lm, 1), request(lm, 1, OPTIONS[::-1])
     got = run(lm, [a, b, a])
-    assert len(calls) == 1 and calls[0][0] == 1  # one prefill, of the one distinct prompt
-    assert calls[0][1] % scoring.PROMPT_BUCKET == 0
+    assert calls == [1]  # one prefill, of the one distinct prompt
     assert got[1] == got[0][::-1] and got[2] == got[0]
+
+
+def test_many_prompts_share_one_packed_forward(lm, monkeypatch):
+    calls = []
+    real = scoring._packed_forward
+    monkeypatch.setattr(scoring, "_packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    reqs = [request(lm, w) for w in range(4)]  # four prompt lengths, two prompt buckets
+    run(lm, reqs)
+    assert len(calls) == 2  # one prefill of the four prompts, one forward of all their option rows
+    assert calls[0][0] == sum(len(r.prompt) for r in reqs)  # real tokens only: no padding goes through the layers
 
 
 def test_greedy_flag_and_one_token_options(lm):

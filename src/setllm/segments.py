@@ -1,0 +1,138 @@
+"""Packed forwards: the tokens of many requests in one row, attention per request.
+
+Scoring runs many prompts (and then many option rows) in one forward. Every layer but
+attention works token by token, so their tokens are packed into one row of real tokens
+only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.scoring`).
+Attention is the one place where tokens meet: :func:`segment_attention` runs each request
+on a block of its own, its queries and keys gathered out of the packed row and padded to a
+shape fixed by the request alone (``Segment``), with the request's own mask. Requests whose
+blocks have the same shape are stacked into one attention call; a block's result does not
+depend on the others stacked with it, as a row of a fixed-shape product does not.
+
+The attention implementation is registered with transformers' ``AttentionInterface``
+(its public hook for custom attention) and switched on only inside :func:`segments_on`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+NAME = "setllm_segments"
+PAD = -1  # a gathered position that is padding (reads a zero vector)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One request's attention block: the packed query and key index of each of its rows and
+    keys (``PAD`` for padding), and its mask ``[Q, K]`` (True = attend)."""
+
+    queries: Sequence[int]
+    keys: Sequence[int]
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Segments of one shape, stacked: gather indices ``[G, Q]``/``[G, K]`` (padding points
+    one past the end, at a zero row), masks ``[G, 1, Q, K]``, and where real query rows go."""
+
+    queries: torch.Tensor
+    keys: torch.Tensor
+    mask: torch.Tensor
+    rows: torch.Tensor  # packed query index of each real row
+    picks: torch.Tensor  # flat index into G * Q of the same rows
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every segment of one forward, grouped by shape."""
+
+    groups: list[_Group]
+    n_queries: int
+    n_keys: int
+
+
+def plan(segments: Sequence[Segment], n_queries: int, n_keys: int) -> Plan:
+    by_shape: dict[tuple[int, int], list[Segment]] = {}
+    for s in segments:
+        by_shape.setdefault((len(s.queries), len(s.keys)), []).append(s)
+    groups = []
+    for members in by_shape.values():
+        queries = torch.tensor([[n_queries if i == PAD else i for i in s.queries] for s in members])
+        keys = torch.tensor([[n_keys if i == PAD else i for i in s.keys] for s in members])
+        flat = queries.reshape(-1)
+        real = (flat != n_queries).nonzero().squeeze(1)
+        mask = torch.stack([s.mask for s in members])[:, None]
+        groups.append(_Group(queries, keys, mask, flat[real], real))
+    return Plan(groups, n_queries, n_keys)
+
+
+_PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_segment_plan")
+
+
+def segment_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
+    """Attention of a packed row ``query [1, H, Sq, d]``, ``key/value [1, Hkv, Sk, d]``,
+    block by block as the current :class:`Plan` says. The ``attention_mask`` transformers
+    passes is a placeholder; a sliding window is not applied (the caller keeps every request
+    within it). Returns ``[1, Sq, H, d]`` as transformers' attention functions do."""
+    p = _PLAN.get()
+    heads, n_rep = query.shape[1], query.shape[1] // key.shape[1]
+    q, k, v = (_with_zero_row(x[0]) for x in (query, key, value))  # [H, S + 1, d]
+    out = query.new_zeros(heads, query.shape[2], value.shape[-1])
+    for g in p.groups:
+        qg = q[:, g.queries].transpose(0, 1)  # [G, H, Q, d]
+        kg = k[:, g.keys].transpose(0, 1).repeat_interleave(n_rep, dim=1)
+        vg = v[:, g.keys].transpose(0, 1).repeat_interleave(n_rep, dim=1)
+        og = _attend(qg, kg, vg, g.mask.to(qg.device), scaling, softcap)  # [G, H, Q, d]
+        out[:, g.rows.to(out.device)] = og.transpose(0, 1).reshape(heads, -1, og.shape[-1])[:, g.picks.to(out.device)]
+    return out.transpose(0, 1)[None], None
+
+
+def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, x.new_zeros(x.shape[0], 1, x.shape[2])], 1)
+
+
+def _attend(q, k, v, mask, scaling, softcap):
+    if softcap is None:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+    # Soft-capped logits (Gemma 2) have no sdpa kernel: the eager formula.
+    scores = (q @ k.transpose(-1, -2)) * (scaling if scaling is not None else q.shape[-1] ** -0.5)
+    scores = torch.tanh(scores / softcap) * softcap
+    weights = scores.masked_fill(~mask, float("-inf")).float().softmax(-1).to(q.dtype)
+    return weights.nan_to_num(0.0) @ v  # a padding row masks every key: 0, not NaN
+
+
+@contextmanager
+def segments_on(model, p: Plan):
+    """Inside, ``model``'s attention runs :func:`segment_attention` under plan ``p``."""
+    _register()
+    token = _PLAN.set(p)
+    before = model.config._attn_implementation
+    model.set_attn_implementation(NAME)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+        _PLAN.reset(token)
+
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(NAME, segment_attention)
+        _registered = True
+
+
+def placeholder_mask(device) -> torch.Tensor:
+    """A 4D mask transformers passes through untouched (the real masks are in the plan)."""
+    return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
