@@ -14,6 +14,7 @@ _EXPORTS = {
     "api": ["Choice", "SetLLM", "Verdict", "default_adapter", "pick"],
     "encoding": ["EncodedPrompt", "PromptEncoder", "setpe_positions"],
     "generation": ["GenerationConfig"],
+    "load_options": ["LoadOptions"],
     "loading": ["DEFAULT_MODEL", "ModelLoadError", "load_model"],
     "markup": ["parse_markup", "to_markup"],
     "prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json"],

@@ -19,6 +19,7 @@ from .batch import collate
 from .codec import Codec
 from .encoding import EncodedPrompt
 from .errors import InputError, SetLLMWarning
+from .load_options import LoadOptions
 from .loading import AdapterInfo, Origin, load_model
 from .prompt import PromptLike, SetPrompt, as_prompt
 from .runtime import check_model, forward, use_auto_attention
@@ -134,31 +135,39 @@ class SetLLM:
 
     @classmethod
     def from_pretrained(cls, model: str | None = None, adapter: str | None = "auto", variant: str | None = None, *,
-                        dtype=torch.float32, attn_implementation: str = "auto", device: str | None = None,
-                        allow_pickle: bool = False, allow_base_mismatch: bool = False, **kwargs) -> SetLLM:
-        """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it.
+                        dtype=torch.float32, attn_implementation: str = "auto", device: str | None = None, progress: bool = False,
+                        kind: str = "choose", **options) -> SetLLM:
+        """Load a model (default: the embedded SmolLM2-135M-Instruct) and wrap it; the
+        arguments are those of :class:`setllm.LoadOptions` (``dtype`` may be a torch dtype,
+        ``attn_implementation`` is its ``attn``). :meth:`load` takes a ``LoadOptions`` as is.
 
-        ``adapter="auto"`` uses the shipped Set-LLM adapter with the embedded model, unless
-        an order-sensitive ``variant`` is asked for (the base model is the model without the
-        adapter); ``None`` means no adapter. The adapter's ``setllm.json`` (or, with no
-        adapter, the model directory's, as a full fine-tune writes it) restores the variant,
-        chat mode and EOS scoring it was trained with; an explicit different choice is
-        allowed with a warning. An adapter trained on another base model is refused unless
-        ``allow_base_mismatch``. ``attn_implementation="auto"``: sdpa, and flex attention for a
-        prompt of :data:`setllm.runtime.LONG_PROMPT_TOKENS` tokens or more.
+        ``adapter="auto"`` uses the Set-LLM adapter shipped for ``kind`` of task with the
+        embedded model, unless an order-sensitive ``variant`` is asked for (the base model is
+        the model without the adapter); ``None`` or ``"none"`` means no adapter. The adapter's
+        ``setllm.json`` (or, with no adapter, the model directory's, as a full fine-tune
+        writes it) restores the variant, chat mode and EOS scoring it was trained with; an
+        explicit different choice is allowed with a warning. An adapter trained on another
+        base model is refused unless ``allow_base_mismatch``. ``attn_implementation="auto"``:
+        sdpa, and flex attention for a prompt of :data:`setllm.runtime.LONG_PROMPT_TOKENS`
+        tokens or more.
         """
-        model = embedded_or(model)
-        if adapter == "auto":
-            base_asked = variant is not None and not get_variant(variant).invariant
-            adapter = default_adapter() if model is None and not base_asked else None
+        dtype = str(dtype).removeprefix("torch.")
+        return cls.load(LoadOptions(model, adapter, variant, attn_implementation, device, dtype, **options), kind, progress)
+
+    @classmethod
+    def load(cls, options: LoadOptions, kind: str = "choose", progress: bool = False) -> SetLLM:
+        """Load what ``options`` says (the one loader of the library, the CLI, the server and
+        the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
+        model, adapter = embedded_or(options.model), options.adapter_path(kind)
         info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
-        auto = attn_implementation == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
-        net, tok = load_model(model, adapter, dtype=dtype, attn_implementation="sdpa" if auto else attn_implementation, device=device, allow_pickle=allow_pickle,
-                              allow_base_mismatch=allow_base_mismatch)  # loading takes a second: no bar
+        auto = options.attn == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
+        net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
+                              allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
         if auto:
             use_auto_attention(net)
-        read = info.reading(variant=variant, **{k: kwargs.pop(k) for k in ("chat", "eos") if k in kwargs})
-        return cls(net, tok, **read, **kwargs, origin=Origin.loaded(model, adapter, info))
+        read = info.reading(variant=options.variant, **options.reading())
+        return cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
+                   allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))
 
     # -- views --------------------------------------------------------------------------
     @property

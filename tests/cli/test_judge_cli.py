@@ -76,15 +76,16 @@ def test_a_row_longer_than_the_context_is_named(capsys, tmp_path):
 
 def test_judging_defaults_to_the_shipped_judge_adapter():
     from setllm.api import default_adapter
-    from setllm.cli.common import ModelOptions, shipped_adapter
+    from setllm import LoadOptions
 
     judge = default_adapter("judge")
     assert judge is not None and judge.endswith("smollm2-135m-judge") and judge != default_adapter("choose")
-    assert shipped_adapter(ModelOptions(), "judge") == judge
-    assert shipped_adapter(ModelOptions(variant="prefix-setpe"), "judge") == judge
-    # The base model (an order-sensitive variant), a model of the user's, or another task: "auto".
-    assert shipped_adapter(ModelOptions(variant="causal-pe"), "judge") == "auto"
-    assert shipped_adapter(ModelOptions(model="/some/model"), "judge") == "auto"
-    assert shipped_adapter(ModelOptions(), "choose") == "auto"
+    assert LoadOptions().adapter_path("judge") == judge
+    assert LoadOptions(variant="prefix-setpe").adapter_path("judge") == judge
+    # The base model (an order-sensitive variant) or a model of the user's: no adapter.
+    assert LoadOptions(variant="causal-pe").adapter_path("judge") is None
+    assert LoadOptions(model="/some/model").adapter_path("judge") is None
+    assert LoadOptions().adapter_path("choose") == default_adapter("choose")
+    assert LoadOptions(adapter="none").adapter_path("judge") is None and LoadOptions(adapter="/my/adapter").adapter_path("judge") == "/my/adapter"
     with pytest.raises(Exception, match="unknown adapter kind 'rank'"):
         default_adapter("rank")

@@ -65,11 +65,11 @@ def test_loglikelihood_equals_setllm_scoring(lm, llm):
 
 def test_requests_sharing_a_context_share_one_prefill(lm, monkeypatch):
     rows = []
-    real = scoring.prefill
-    monkeypatch.setattr(scoring, "prefill", lambda model, variant, batch: rows.append(batch.input_ids.shape[0]) or real(model, variant, batch))
+    real = scoring._packed_prefill
+    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed: rows.append(len(packed.encs)) or real(model, packed))
     other = CONTEXT.replace("France", "Hungary")
     loglikelihoods(lm, [(c, o) for o in OPTIONS for c in (CONTEXT, other)])
-    assert rows == [2]  # six requests, two contexts: one prefill of two rows
+    assert rows == [2]  # six requests, two contexts: one prefill of the two
 
 
 @pytest.mark.usefixtures("threads")
@@ -194,7 +194,8 @@ def test_matches_lm_eval_hf_backend(model_dir, tasks, at_root):
 
 @pytest.mark.parametrize("args, message", [
     ("variant=causal", "unknown variant 'causal'"),
-    ("batch_size=0", "batch_size must be a positive integer"),
+    ("batch_size=0", "--model_args batch_size must be at least 1, got 0"),
+    ("batch_size=two", "--model_args batch_size must be an integer, got .two."),
     ("dtype=float8", "dtype must be one of"),
     ("exact=maybe", "exact must be true or false"),
     ("eos=sometimes", "eos must be true or false or auto"),
@@ -209,7 +210,7 @@ def test_bad_model_args_are_one_line_errors_on_the_command_line(capsys):
     assert main(["--model", "setllm", "--model_args", "colour=red", "--tasks", "setllm_test_plain", "--include_path", str(FIXTURES)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("error: unknown --model_args key 'colour' for --model setllm; known: "
-                       "model, adapter, variant, batch_size, exact, device, dtype, eos, markup, attn")
+                       "model, adapter, variant, attn, device, dtype, exact, batch_size, allow_untested, allow_pickle, allow_base_mismatch, eos, markup")
 
 
 def test_command_line_runs_lm_eval_with_setllm(model_dir, at_root, capsys):

@@ -30,7 +30,8 @@ def results_file(out: Path) -> dict:
 
 
 def test_every_model_arg_and_lm_eval_flag_as_text(model_dir, tmp_path):
-    args = f"model={model_dir},adapter=none,variant=causal-pe,exact=false,dtype=float32,eos=auto,markup=true,attn=sdpa,device=cpu"
+    args = (f"model={model_dir},adapter=none,variant=causal-pe,exact=false,dtype=float32,eos=auto,markup=true,attn=sdpa,device=cpu,"
+            "allow_untested=false,allow_pickle=false,allow_base_mismatch=false")
     run = lm_eval_cli("--model", "setllm", "--model_args", args, "--tasks", "setllm_test_plain,setllm_test_set",
                       "--include_path", FIXTURES, "--batch_size", "8", "--device", "cpu", "--limit", "3",
                       "--log_samples", "--output_path", str(tmp_path))
@@ -55,4 +56,4 @@ def test_batch_size_auto_and_the_chat_template(model_dir, tmp_path, batch_size):
 def test_a_bad_model_arg_is_one_line_and_exit_2(model_dir):
     run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},batch_size=0", "--tasks", "setllm_test_plain",
                       "--include_path", FIXTURES)
-    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == "error: --model_args batch_size must be a positive integer or auto, got 0"
+    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == "error: --model_args batch_size must be at least 1, got 0"

@@ -173,10 +173,11 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
 
 
 def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch):
+    """Generation's prefill: scoring runs its own attention per request (setllm.segments)."""
     import setllm.runtime as runtime
-    from setllm.cli import common
+    from setllm import load_options
 
-    assert common.LONG_PROMPT_TOKENS == runtime.LONG_PROMPT_TOKENS  # the --help text says the real threshold
+    assert load_options.LONG_PROMPT_TOKENS == runtime.LONG_PROMPT_TOKENS  # the --help text says the real threshold
     backends = []
     real = runtime.render
     monkeypatch.setattr(runtime, "render", lambda fn, backend, *a, **k: backends.append(backend) or real(fn, backend, *a, **k))
@@ -186,14 +187,13 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
     record = docs.parse_row(docs.kv_retrieval(pairs=5, n=1, seed=4, key_length=6, value_length=6)[0], "x")
     long, short = docs.render(record, tuple(range(5))), docs.documents_prompt(["a b", "c d"], "Q?")
     assert len(auto.encode(long)) > 100 > len(auto.encode(short))
-    got = auto.score([long, short], [[record.answer], ["a b"]])
+    auto.generate(long, max_new_tokens=3)
     assert backends[0] == "flex_attention" and auto.model.config._attn_implementation == "sdpa"  # put back after the prefill
     backends.clear()
-    want = sdpa.score([long, short], [[record.answer], ["a b"]])
+    sdpa.generate(long, max_new_tokens=3)
     assert set(backends) == {"sdpa"}
-    assert [g[0].logprob for g in got] == pytest.approx([w[0].logprob for w in want], abs=1e-5)
     backends.clear()
-    auto.score([short], [["a b"]])
+    auto.generate(short, max_new_tokens=3)
     assert set(backends) == {"sdpa"}
 
 
@@ -224,13 +224,13 @@ def test_answer_api_is_order_free(sharp):
 
 def test_documents_default_to_the_shipped_documents_adapter():
     from setllm.api import default_adapter
-    from setllm.cli.common import ModelOptions, shipped_adapter
+    from setllm import LoadOptions
 
     documents = default_adapter("documents")
     assert documents is not None and documents.endswith("smollm2-135m-documents")
     assert documents not in (default_adapter("choose"), default_adapter("judge"))
-    assert shipped_adapter(ModelOptions(), "documents") == documents
-    assert shipped_adapter(ModelOptions(variant="causal-pe"), "documents") == "auto"  # the base model: no adapter
+    assert LoadOptions().adapter_path("documents") == documents
+    assert LoadOptions(variant="causal-pe").adapter_path("documents") is None  # the base model: no adapter
 
 
 # -- CLI ------------------------------------------------------------------------------------

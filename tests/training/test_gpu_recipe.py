@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import build_parser
-from setllm.cli.common import ModelOptions, config_from_args
+from setllm.cli.common import LoadOptions, config_from_args
 from setllm.evaluation.config import EvalConfig
 from setllm.training import TrainConfig
 
@@ -67,5 +67,5 @@ def test_the_recipe_flags_are_valid_setllm_flags(tmp_path):
     evals = shlex.split(env["EVAL_FLAGS"].replace("--device cuda", "--device cpu"))  # no CUDA here
     parser, _ = build_parser("eval")
     args = parser.parse_args(["eval", "--dataset", "arc_challenge", "--out", str(tmp_path), *evals])
-    opts, _ = config_from_args(ModelOptions, args), config_from_args(EvalConfig, args)
+    opts, _ = config_from_args(LoadOptions, args), config_from_args(EvalConfig, args)
     assert (opts.model, opts.dtype, opts.attn) == ("google/gemma-2b", "float32", "flex_attention")

@@ -9,12 +9,12 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from ..errors import InputError, SetLLMError
-from ..variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, VARIANTS, check_attention
+from ..load_options import LoadOptions, OptionError
 
 EXIT_USER_ERROR = 2
 
@@ -114,7 +114,10 @@ def apply_config_file(parser: argparse.ArgumentParser, path: str) -> None:
 
 def config_from_args(cls: type, args: argparse.Namespace):
     """Build dataclass ``cls`` from the parsed flags (its fields are among them)."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)})
+    try:
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)})
+    except OptionError as e:
+        raise e.named(lambda name: "--" + name.replace("_", "-")) from None
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -150,60 +153,6 @@ def _as_flag_text(value: Any, action: argparse.Action, path: str) -> Any:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
-
-
-def tristate(help_: str) -> dict:
-    """Metadata for a ``bool | None`` field: ``--flag`` alone means True, ``--no-flag`` False
-    (added by :func:`add_command`), absent None."""
-    return {"help": help_, "nargs": "?", "const": True}
-
-
-@dataclass
-class ModelOptions:
-    """Which model to run and how to read prompts."""
-
-    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once) or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
-    adapter: str | None = field(default=None, metadata={"help": "local PEFT adapter dir ('none' = no adapter); default: the shipped Set-LLM adapter with the embedded model", "metavar": "A"})
-    variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
-    attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
-                                                        f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
-    device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda", "metavar": "DEV"})
-    chat: bool = field(default=False, metadata={"help": "wrap prompts in the model's chat template"})
-    exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
-    allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
-    allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
-    allow_base_mismatch: bool = field(default=False, metadata={"help": "apply an adapter trained on another base model (with a warning)"})
-    eos: bool | None = field(default=None, metadata=tristate(
-        "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
-    batch_size: int = field(default=8, metadata={"help": "prompts per forward pass", "metavar": "N"})
-    dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
-
-    def __post_init__(self) -> None:
-        if self.attn != "auto":
-            check_attention(self.attn)
-        if self.batch_size < 1:
-            raise InputError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.device is not None:
-            check_device(self.device)
-
-
-def check_device(device: str) -> None:
-    """A device torch knows and this machine has, or one line saying which is wrong."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise InputError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"--device {device}: this torch build or machine has no CUDA GPU; use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"--device {device}: MPS is not available here")
-
-
 def validate(args: argparse.Namespace) -> None:
     """Build every config of the command once, so a bad flag fails before any work starts."""
     for cls in getattr(args, "_configs", ()):
@@ -211,34 +160,11 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
-    """A :class:`setllm.SetLLM` from the model flags; with no ``--adapter`` the embedded model
-    gets the adapter shipped for ``kind`` of task (:func:`setllm.api.default_adapter`)."""
-    import torch
+    """A :class:`setllm.SetLLM` from the model flags (:class:`setllm.LoadOptions`); with no
+    ``--adapter`` the embedded model gets the adapter shipped for ``kind`` of task."""
+    from ..api import SetLLM
 
-    from ..api import SetLLM, embedded_or
-
-    opts = config_from_args(ModelOptions, args)
-    opts.model = embedded_or(opts.model)  # the embedded model's own .gguf by path is the embedded model
-    adapter = None if opts.adapter == "none" else (opts.adapter or shipped_adapter(opts, kind))
-    return SetLLM.from_pretrained(
-        opts.model, adapter, opts.variant, dtype=getattr(torch, DTYPES[opts.dtype]), attn_implementation=opts.attn, device=opts.device,
-        allow_pickle=opts.allow_pickle, allow_base_mismatch=opts.allow_base_mismatch,
-        exact=opts.exact, batch_size=opts.batch_size, progress=progress, allow_untested=opts.allow_untested,
-        **({"chat": True} if opts.chat else {}), **({"eos": opts.eos} if opts.eos is not None else {}),
-    )
-
-
-def shipped_adapter(opts: ModelOptions, kind: str) -> str | None:
-    """What no ``--adapter`` means: ``"auto"`` (the choose adapter with the embedded model, none
-    for an order-sensitive variant), or the shipped adapter of another kind of task when the
-    embedded model is read under an invariant variant."""
-    from ..api import default_adapter
-    from ..variants import get_variant
-
-    invariant = opts.variant is None or get_variant(opts.variant).invariant
-    if kind == "choose" or opts.model is not None or not invariant:
-        return "auto"
-    return default_adapter(kind) or "auto"
+    return SetLLM.load(config_from_args(LoadOptions, args), kind, progress)
 
 
 def add_file_job_flags(p: argparse.ArgumentParser, input_help: str, output_help: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import ModelOptions, add_command, config_from_args, load_setllm
+from .common import LoadOptions, add_command, config_from_args, load_setllm
 
 
 def add_parser(sub, name: str):
@@ -16,7 +16,7 @@ def _eval_parser(sub):
     from ..evaluation.config import EvalConfig
 
     p = add_command(
-        sub, "eval", [EvalConfig, ModelOptions], config_file=True,
+        sub, "eval", [EvalConfig, LoadOptions], config_file=True,
         help="evaluate a model on a multiple-choice benchmark under option orderings",
         description="Score every question of a benchmark under the orderings of its options and report accuracy per mode "
                     "(single, random, adversarial, majority). Writes --out/summary.json and predictions.jsonl; "

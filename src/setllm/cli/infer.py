@@ -10,7 +10,7 @@ import sys
 
 from ..errors import InputError
 from .common import (
-    ModelOptions,
+    LoadOptions,
     add_command,
     add_file_job_flags,
     config_from_args,
@@ -28,7 +28,7 @@ def add_parser(sub, name: str):
 
 
 def _choose_parser(sub):
-    p = add_command(sub, "choose", [ModelOptions], help="answer a multiple-choice question, options as a set",
+    p = add_command(sub, "choose", [LoadOptions], help="answer a multiple-choice question, options as a set",
                     description="Score each option as the answer to QUESTION, with the options in the prompt as a set; "
                                 "or answer many: --input rows.jsonl --output answers.jsonl.")
     p.add_argument("question", nargs="?", help="the question text")
@@ -45,7 +45,7 @@ def _choose_parser(sub):
 def _generate_parser(sub):
     from ..generation import GenerationConfig
 
-    p = add_command(sub, "generate", [GenerationConfig, ModelOptions], help="generate a response to a set prompt",
+    p = add_command(sub, "generate", [GenerationConfig, LoadOptions], help="generate a response to a set prompt",
                     description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", metavar="FILE", help='a JSON prompt {"prompt": ["text", {"set": ["a", "b"]}, ...]}, or a text file in markup')
@@ -56,7 +56,7 @@ def _generate_parser(sub):
 
 
 def _demo_parser(sub):
-    p = add_command(sub, "demo", [ModelOptions], help="show the base model's order sensitivity next to Set-LLM's invariance",
+    p = add_command(sub, "demo", [LoadOptions], help="show the base model's order sensitivity next to Set-LLM's invariance",
                     description="Answer one question under every ordering of its options, with the base model (causal-pe) and Set-LLM.")
     p.add_argument("--question", default=DEMO_QUESTION, help="question to ask")
     p.add_argument("--options", nargs="+", default=DEMO_OPTIONS, metavar="OPT", help="its options (all orderings are tried)")
@@ -181,9 +181,12 @@ def _base_model(lm, args):
     """The base model is the model without any adapter, read causally."""
     if lm.origin.adapter is None:
         return lm.with_variant("causal-pe")
+    import dataclasses
+
     from ..api import SetLLM
 
-    return SetLLM.from_pretrained(args.model, adapter=None, variant="causal-pe", attn_implementation=args.attn, device=args.device)
+    base = dataclasses.replace(config_from_args(LoadOptions, args), adapter="none", variant="causal-pe", exact=None, chat=None, eos=None)
+    return SetLLM.load(base)
 
 
 def _answers(lm, question, orders) -> list[str]:

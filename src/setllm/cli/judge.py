@@ -14,11 +14,11 @@ import json
 import sys
 
 from ..errors import InputError
-from .common import ModelOptions, add_command, add_file_job_flags, describe, load_setllm, run_file_job
+from .common import LoadOptions, add_command, add_file_job_flags, describe, load_setllm, run_file_job
 
 
 def add_parser(sub, name: str = "judge"):
-    p = add_command(sub, "judge", [ModelOptions], help="judge candidate responses as a set: no order or label bias",
+    p = add_command(sub, "judge", [LoadOptions], help="judge candidate responses as a set: no order or label bias",
                     description=__doc__.split("\n\n")[1].replace("\n", " "))
     p.add_argument("instruction", nargs="?", help="the instruction the candidates respond to")
     p.add_argument("--candidates", nargs="+", metavar="TEXT", help="the candidate responses (at least two)")

@@ -13,13 +13,13 @@ import sys
 
 from ..errors import InputError
 from ..serve.config import ServeConfig
-from .common import ModelOptions, add_command, config_from_args, load_setllm
+from .common import LoadOptions, add_command, config_from_args, load_setllm
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 
 
 def add_parser(sub, name: str = "serve"):
-    p = add_command(sub, name, [ServeConfig, ModelOptions], help=HELP,
+    p = add_command(sub, name, [ServeConfig, LoadOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
                                 "/v1/choose, /v1/score, /v1/generate, /v1/completions (OpenAI-compatible), /health, /metrics. "
                                 "Concurrent requests are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")

@@ -16,7 +16,7 @@ def _help(text: str, **extra) -> dict:
 
 @dataclass
 class EvalConfig:
-    """One ``setllm eval`` run (the model flags are :class:`setllm.cli.common.ModelOptions`)."""
+    """One ``setllm eval`` run (the model flags are :class:`setllm.LoadOptions`)."""
 
     dataset: str | None = field(default=None, metadata=_help(
         "benchmark to evaluate; 'ultrafeedback-pairs' / 'judge' (with --data-file) evaluate a judge; 'documents' (with --data-file) "

@@ -31,65 +31,32 @@ from ..api import SetLLM
 from ..batch import collate
 from ..encoding import EncodedPrompt
 from ..errors import InputError, SetLLMWarning
+from ..load_options import LoadOptions, OptionError
 from ..markup import parse_markup
 from ..runtime import context_length
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # gen_kwargs setllm's decoder understands; anything else is refused rather than ignored.
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p", "seed")
 
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """``--model_args`` of ``--model setllm`` (``key=value,key=value``).
+    """``--model_args`` of ``--model setllm`` (``key=value,key=value``): the fields of
+    :class:`setllm.LoadOptions` but ``chat`` (lm-eval's ``--apply_chat_template`` asks for the
+    template) and ``eos`` (below); ``pretrained`` is read as ``model``; lm-eval's
+    ``--batch_size auto`` means 8. Plus how contexts are read.
 
     Attributes:
-        model: a Hugging Face model id or local directory (None: the embedded SmolLM2-135M-Instruct).
-        adapter: a Set-LLM adapter directory; ``auto`` is the shipped adapter with the embedded
-            model (none for an order-sensitive variant), ``none`` no adapter.
-        variant: one of :data:`setllm.VARIANTS` (None: what the adapter was trained as).
-        batch_size: contexts per prefill (``auto`` from lm-eval's ``--batch_size`` means 8).
-        exact: sort set elements before encoding, so permuted contexts give bit-identical
-            scores (None: on for the order-invariant variants).
-        device: ``cpu``, ``cuda``, ``cuda:1``, ... (None: CUDA if available).
-        dtype: ``float32``, ``bfloat16`` or ``float16``.
+        load: which model, adapter and variant, as every surface loads them.
         eos: score each continuation followed by EOS. ``auto``: after set contexts (how
             Set-LLM adapters are trained and how ``setllm eval`` scores an option), not after
             plain ones (lm-eval's convention, so ``--model hf`` is reproduced).
         markup: read contexts containing ``{{`` as set markup (false: every context is plain text).
-        attn: attention implementation (``sdpa``, ``eager``, ``flex_attention``; None:
-            :meth:`setllm.SetLLM.from_pretrained`'s default).
     """
 
-    model: str | None = None
-    adapter: str | None = "auto"
-    variant: str | None = None
-    batch_size: int = 8
-    exact: bool | None = None
-    device: str | None = None
-    dtype: str = "float32"
+    load: LoadOptions
     eos: bool | str = "auto"
     markup: bool = True
-    attn: str | None = None
-
-    def __post_init__(self):
-        size = self.batch_size
-        if isinstance(size, str) and size.startswith("auto"):
-            object.__setattr__(self, "batch_size", 8)
-        elif isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InputError(f"--model_args batch_size must be a positive integer or auto, got {size!r}")
-        if self.dtype not in DTYPES:
-            raise InputError(f"--model_args dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for key in ("exact", "markup") + (("eos",) if self.eos != "auto" else ()):
-            value = getattr(self, key)
-            if not (isinstance(value, bool) or (key == "exact" and value is None)):
-                raise InputError(f"--model_args {key} must be true or false{' or auto' if key == 'eos' else ''}, got {value!r}")
-        for key in ("model", "adapter", "variant", "device", "attn"):
-            value = getattr(self, key)
-            if value is not None and not isinstance(value, str):
-                raise InputError(f"--model_args {key} must be text, got {value!r} (quote it: {key}='{value}')")
-        if (self.device or "").startswith("cuda") and not torch.cuda.is_available():
-            raise InputError(f"--model_args device={self.device}: no CUDA GPU is available here (device=cpu runs on the CPU)")
 
     @classmethod
     def parse(cls, args: dict) -> BackendOptions:
@@ -100,13 +67,23 @@ class BackendOptions:
         args.pop("max_batch_size", None)  # lm-eval always passes it; batches here are fixed
         if "pretrained" in args and "model" not in args:  # --model hf's name for it
             args["model"] = args.pop("pretrained")
-        known = [f.name for f in dataclasses.fields(cls)]
+        if str(args.get("batch_size", "")).startswith("auto"):
+            args["batch_size"] = 8
+        if args.get("device") is None:
+            args.pop("device", None)
+        # eos is the backend's own rule; the chat template is lm-eval's --apply_chat_template.
+        known = [f.name for f in dataclasses.fields(LoadOptions) if f.name not in ("eos", "chat")] + ["eos", "markup"]
         unknown = sorted(set(args) - set(known))
         if unknown:
             raise InputError(f"unknown --model_args key {unknown[0]!r} for --model setllm; known: {', '.join(known)}")
-        if args.get("device") is None:
-            args.pop("device", None)
-        return cls(**args)
+        eos, markup = args.pop("eos", "auto"), args.pop("markup", True)
+        for key, value in (("eos", eos), ("markup", markup)):
+            if not (isinstance(value, bool) or (key == "eos" and value == "auto")):
+                raise InputError(f"--model_args {key} must be true or false{' or auto' if key == 'eos' else ''}, got {value!r}")
+        try:
+            return cls(LoadOptions(**args), eos, markup)
+        except OptionError as e:
+            raise e.named(lambda name: f"--model_args {name}") from None
 
 
 @register_model("setllm")
@@ -120,17 +97,14 @@ class SetLLMLM(TemplateLM):
     def __init__(self, **model_args):
         super().__init__()
         options = BackendOptions.parse(model_args)
-        attn = {"attn_implementation": options.attn} if options.attn else {}
-        llm = SetLLM.from_pretrained(options.model, options.adapter, options.variant, dtype=DTYPES[options.dtype], device=options.device,
-                                     exact=options.exact, batch_size=options.batch_size, **attn)
-        self._setup(llm, options)
+        self._setup(SetLLM.load(options.load), options)
 
     @classmethod
     def wrap(cls, llm: SetLLM, eos: bool | str = "auto", markup: bool = True) -> SetLLMLM:
         """The backend on a loaded :class:`SetLLM` (its variant, exact mode and batch size)."""
         lm = cls.__new__(cls)
         TemplateLM.__init__(lm)
-        options = BackendOptions(variant=llm.variant.name, batch_size=llm.batch_size, exact=llm.exact, eos=eos, markup=markup)
+        options = BackendOptions(LoadOptions(variant=llm.variant.name, batch_size=llm.batch_size, exact=llm.exact), eos, markup)
         lm._setup(llm, options)
         return lm
 
@@ -248,7 +222,7 @@ class SetLLMLM(TemplateLM):
         # Longest first, so a batch holds contexts of similar length (little padding).
         order = sorted(groups.values(), key=lambda idx: -len(pairs[idx[0]][0]))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(pairs)
-        size = self.options.batch_size
+        size = self.llm.batch_size
         for lo in tqdm(range(0, len(order), size), desc="setllm loglikelihood", unit="batch", disable=disable_tqdm):
             chunk = order[lo : lo + size]
             requests = [scoring.ScoreRequest(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
@@ -264,7 +238,7 @@ class SetLLMLM(TemplateLM):
         for i, req in enumerate(requests):
             by_kwargs[json.dumps(req.args[1], sort_keys=True, default=str)].append(i)
         out: list[str] = [""] * len(requests)
-        size = self.options.batch_size
+        size = self.llm.batch_size
         bar = tqdm(total=len(requests), desc="setllm generate_until", disable=disable_tqdm)
         for idx in by_kwargs.values():
             config = self._generation_config(requests[idx[0]].args[1])

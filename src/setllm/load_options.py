@@ -1,0 +1,126 @@
+"""Which model to load and how to read prompts: declared once, with a help string and a check
+per field. The CLI builds its model flags from :class:`LoadOptions`, lm-eval's ``--model_args``
+are parsed into it, and :meth:`setllm.SetLLM.from_pretrained` loads through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import get_args, get_type_hints
+
+from .errors import InputError
+from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, VARIANTS, check_attention, get_variant
+
+class OptionError(InputError):
+    """A bad value of one option; each surface names it its own way (``--batch-size``,
+    ``--model_args batch_size``) with :meth:`named`."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name} {problem}")
+        self.name, self.problem = name, problem
+
+    def named(self, spell) -> InputError:
+        return InputError(f"{spell(self.name)} {self.problem}")
+
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
+def tristate(help_: str) -> dict:
+    """Metadata for a ``bool | None`` field: ``--flag`` alone means True, ``--no-flag`` False,
+    absent None (decided later, e.g. by the adapter)."""
+    return {"help": help_, "nargs": "?", "const": True}
+
+
+@dataclass
+class LoadOptions:
+    """Which model, which adapter, read how."""
+
+    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once) or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
+    adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task with the embedded model, read under an order-invariant variant", "metavar": "A"})
+    variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
+    attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
+                                                        f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
+    device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda; default: CUDA if available", "metavar": "DEV"})
+    dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
+    chat: bool | None = field(default=None, metadata=tristate("wrap prompts in the model's chat template; default: what the adapter was trained with, else off"))
+    exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
+    eos: bool | None = field(default=None, metadata=tristate(
+        "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
+    batch_size: int = field(default=8, metadata={"help": "prompts per forward pass", "metavar": "N"})
+    allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
+    allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
+    allow_base_mismatch: bool = field(default=False, metadata={"help": "apply an adapter trained on another base model (with a warning)"})
+
+    def __post_init__(self) -> None:
+        if self.adapter is None:  # Python's "no adapter"
+            self.adapter = "none"
+        for name, hint in get_type_hints(LoadOptions).items():
+            _check_type(name, getattr(self, name), hint)
+        if self.attn != "auto":
+            check_attention(self.attn)
+        if self.batch_size < 1:
+            raise OptionError("batch_size", f"must be at least 1, got {self.batch_size}")
+        if self.dtype not in DTYPES:
+            raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.variant is not None:
+            get_variant(self.variant)
+        if self.device is not None:
+            check_device(self.device)
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, DTYPES[self.dtype])
+
+    def adapter_path(self, kind: str = "choose") -> str | None:
+        """The adapter to load. ``auto``: the one shipped for ``kind`` of task
+        (:func:`setllm.api.default_adapter`), only with the embedded model read under an
+        order-invariant variant; the base model is the model without it."""
+        from .api import default_adapter, embedded_or
+
+        if self.adapter != "auto":
+            return None if self.adapter == "none" else self.adapter
+        invariant = self.variant is None or get_variant(self.variant).invariant
+        if embedded_or(self.model) is not None or not invariant:
+            return None
+        return default_adapter(kind) or default_adapter("choose")
+
+    def reading(self) -> dict:
+        """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
+        return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
+
+
+_TEXT = ("model", "adapter", "variant", "attn", "device", "dtype")
+
+
+def _check_type(name: str, value, hint) -> None:
+    """One line naming the option when a value has the wrong type (lm-eval's ``--model_args``
+    and config files hand over whatever was written)."""
+    kinds = get_args(hint) or (hint,)
+    if value is None and type(None) in kinds:
+        return
+    if bool in kinds:
+        ok, want = isinstance(value, bool), "true or false"
+    elif int in kinds:
+        ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    else:
+        ok, want = isinstance(value, str), "text"
+    if not ok:
+        raise OptionError(name, f"must be {want}, got {value!r}" + (f" (quote it: {name}='{value}')" if name in _TEXT else ""))
+
+
+def check_device(device: str) -> None:
+    """A device torch knows and this machine has, or one line saying which is wrong."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: this torch build or machine has no CUDA GPU; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {device}: MPS is not available here")

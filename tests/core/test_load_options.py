@@ -1,0 +1,73 @@
+"""One declaration of "which model, read how" (setllm.LoadOptions): the CLI's model flags, lm-eval's
+``--model_args`` and ``SetLLM.from_pretrained`` all come from it, and a bad value is named the
+way each surface spells it."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from setllm import LoadOptions, SetLLM
+from setllm.cli import build_parser
+from setllm.errors import InputError
+from setllm.lm_eval import BackendOptions
+
+FIELDS = [f.name for f in dataclasses.fields(LoadOptions)]
+
+
+@pytest.mark.parametrize("command", ["choose", "generate", "judge", "serve", "eval", "demo"])
+def test_every_model_command_has_one_flag_per_field(command):
+    _, sub = build_parser(command)
+    dests = {a.dest for a in sub._actions}
+    assert set(FIELDS) <= dests
+    flag = {a.dest: a for a in sub._actions if a.option_strings and not a.option_strings[0].startswith("--no")}
+    assert flag["adapter"].default == "auto" and flag["batch_size"].default == 8
+    assert all(flag[name].help for name in FIELDS)  # every field has its help string
+
+
+def test_lm_eval_model_args_are_the_fields():
+    parsed = BackendOptions.parse({"model": "m", "batch_size": "4", "adapter": "none", "eos": "false", "allow_pickle": "true"})
+    assert parsed.load == LoadOptions(model="m", batch_size=4, adapter="none", allow_pickle=True) and parsed.eos is False
+    assert BackendOptions.parse({"pretrained": "m", "batch_size": "auto:4"}).load == LoadOptions(model="m")
+
+
+def test_from_pretrained_takes_every_field():
+    params = inspect.signature(SetLLM.from_pretrained).parameters
+    named = {"attn_implementation": "attn"}  # transformers' name for it
+    explicit = {named.get(p, p) for p in params} - {"cls", "options", "progress", "kind"}
+    assert explicit <= set(FIELDS)
+    # Everything else reaches LoadOptions through **options.
+    assert any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
+    ({"batch_size": "8"}, "batch_size must be an integer, got '8'"),
+    ({"exact": "yes"}, "exact must be true or false, got 'yes'"),
+    ({"model": 7}, "model must be text, got 7 \\(quote it: model='7'\\)"),
+    ({"dtype": "float8"}, "dtype must be one of float32, bfloat16, bf16, float16, fp16, got 'float8'"),
+    ({"variant": "causal"}, "unknown variant 'causal'"),
+    ({"attn": "flash_attention_2"}, "--attn flash_attention_2"),
+])
+def test_bad_values_name_the_option(changes, message):
+    with pytest.raises(InputError, match=message):
+        LoadOptions(**changes)
+
+
+def test_each_surface_spells_the_option_its_own_way(capsys):
+    from setllm.cli import main
+
+    with pytest.raises(InputError, match="^--model_args batch_size must be at least 1, got 0$"):
+        BackendOptions.parse({"batch_size": "0"})
+    assert main(["choose", "q", "--options", "a", "b", "--dtype", "float32", "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --batch-size must be at least 1, got 0"
+
+
+def test_none_is_no_adapter_and_auto_depends_on_the_task():
+    from setllm.api import default_adapter
+
+    assert LoadOptions(adapter=None).adapter == "none" and LoadOptions(adapter=None).adapter_path() is None
+    assert LoadOptions().adapter_path("judge") == default_adapter("judge")
+    assert LoadOptions(model="elsewhere").adapter_path() is None  # the shipped adapters fit the embedded model only
