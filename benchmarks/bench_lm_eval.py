@@ -100,8 +100,8 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from setllm.loading import embedded_model_dir
     from setllm.lm_eval import SetLLMLM
+    from setllm.loading import embedded_model_dir
 
     folder = Path(tempfile.mkdtemp(prefix="bench-lm-eval-"))
     write_tasks(Path(args.data), args.n, folder)

@@ -21,14 +21,14 @@ import math
 import statistics
 import time
 
+from report_io import emit  # benchmarks/, this script's folder
+
 from setllm import SetLLM
 from setllm.evaluation.orderings import identity
 from setllm.tasks import get_task, load_records
 from setllm.training.collator import featurize
 from setllm.training.data import Example, load_examples
 from setllm.variants import VARIANTS
-
-from report_io import emit  # benchmarks/, this script's folder
 
 DATASETS = ("piqa", "arc_challenge", "commonsense_qa", "social_iqa")
 STEPS, EXAMPLES_PER_STEP = 3000, 100

@@ -89,8 +89,7 @@ class ReadOptions:
 
 def embedded_or(model: str | None) -> str | None:
     """``model``, or None where it names the embedded model (its name, or its GGUF file by path)."""
-    from .loading import DEFAULT_MODEL
-    from .sources import canonical_name
+    from .loading import DEFAULT_MODEL, canonical_name
 
     model = canonical_name(model)
     return None if model == DEFAULT_MODEL else model

@@ -16,5 +16,9 @@ class DataError(InputError):
     """A data file or record is malformed; the message names file and line."""
 
 
+class ModelLoadError(SetLLMError, OSError):
+    """A model or adapter could not be found or loaded; the message says what to do."""
+
+
 class SetLLMWarning(UserWarning):
     """Something the user should know (the CLI prints it once as ``warning: ...``)."""

@@ -10,6 +10,7 @@ from typing import get_args, get_type_hints
 from .errors import InputError
 from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, VARIANTS, check_attention, get_variant
 
+
 class OptionError(InputError):
     """A bad value of one option; each surface names it its own way (``--batch-size``,
     ``--model_args batch_size``) with :meth:`named`."""

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import torch
 
+from . import segments
 from .batch import Batch, collate, continuation_layout
 from .encoding import EncodedPrompt
-from . import segments
 from .errors import InputError
 from .masks import render_bool, variant_mask
 from .runtime import cache_kwarg, check_length, fixed_row_linears, forward, new_cache, output_cache

@@ -75,8 +75,8 @@ def test_a_row_longer_than_the_context_is_named(capsys, tmp_path):
 
 
 def test_judging_defaults_to_the_shipped_judge_adapter():
-    from setllm.api import default_adapter
     from setllm import LoadOptions
+    from setllm.api import default_adapter
 
     judge = default_adapter("judge")
     assert judge is not None and judge.endswith("smollm2-135m-judge") and judge != default_adapter("choose")

@@ -107,8 +107,8 @@ def test_corrupt_embedded_cache_is_converted_again(tmp_path, embedded, monkeypat
         conversions.append(dest)
         save_base(Path(dest))
 
-    monkeypatch.setattr(loading, "embedded_gguf", lambda: tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf")
-    monkeypatch.setattr(loading, "convert_gguf", convert)
+    monkeypatch.setattr(loading.sources, "embedded_gguf", lambda: tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    monkeypatch.setattr(loading.convert, "convert_gguf", convert)
     net, _ = load_model()
     assert len(conversions) == 1 and "converting again" in capsys.readouterr().err
     loading.check_safetensors(weights)  # the rebuilt file is whole

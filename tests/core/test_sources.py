@@ -1,4 +1,4 @@
-"""Model sources (:mod:`setllm.sources`): any GGUF file by path is converted once into a
+"""Model sources (:mod:`setllm.loading.sources`): any GGUF file by path is converted once into a
 cache keyed by its content and loads like the safetensors folder it came from; files that
 are not GGUF, or of an architecture transformers cannot read, are one line."""
 
@@ -41,7 +41,7 @@ def test_a_gguf_file_loads_by_path_and_scores_like_its_source(gguf_file, cache):
 def test_converted_once_and_again_when_the_file_changes(gguf_file, cache, tmp_path, monkeypatch):
     calls = []
     real = loading.convert_gguf
-    monkeypatch.setattr(loading, "convert_gguf", lambda src, dest: calls.append(src) or real(src, dest))
+    monkeypatch.setattr(loading.convert, "convert_gguf", lambda src, dest: calls.append(src) or real(src, dest))
     copy = tmp_path / "copy.gguf"
     copy.write_bytes(gguf_file.read_bytes())
     SetLLM.from_pretrained(str(copy), adapter=None)

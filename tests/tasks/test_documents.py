@@ -223,8 +223,8 @@ def test_answer_api_is_order_free(sharp):
 
 
 def test_documents_default_to_the_shipped_documents_adapter():
-    from setllm.api import default_adapter
     from setllm import LoadOptions
+    from setllm.api import default_adapter
 
     documents = default_adapter("documents")
     assert documents is not None and documents.endswith("smollm2-135m-documents")

@@ -9,7 +9,6 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
-
 from pathlib import Path
 from typing import Any, get_type_hints
 

@@ -32,9 +32,8 @@ def add_parser(sub, name: str = "train"):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..training import TrainConfig, train
-
     from ..rundir import World
+    from ..training import TrainConfig, train
 
     cfg = config_from_args(TrainConfig, args)
     from ..loading import quiet_loading

