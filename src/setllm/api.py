@@ -247,24 +247,26 @@ class SetLLM:
         return pick(scores, normalize)
 
     # -- judge --------------------------------------------------------------------------
-    def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0) -> Verdict:
+    def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0,
+              readout: str = "likelihood") -> Verdict:
         """Which candidate response to ``instruction`` is best (see :mod:`setllm.tasks.judge`).
 
-        The candidates are one set with identical, unnamed framing, and each is scored as the
-        continuation of the same prompt: under an invariant variant the verdict and every
-        score are the same in any order. Two best scores within ``tie_margin`` are a tie.
+        The candidates are one set with identical, unnamed framing, and ``readout`` (one of
+        :data:`setllm.readouts.READOUTS`) gives each the same computation: under an invariant
+        variant the verdict and every score are the same in any order. Two best scores
+        within ``tie_margin`` are a tie.
         """
-        return self.judge_many([(instruction, candidates, input)], tie_margin)[0]
+        return self.judge_many([(instruction, candidates, input)], tie_margin, readout)[0]
 
-    def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0) -> list[Verdict]:
+    def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0,
+                   readout: str = "likelihood") -> list[Verdict]:
         """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
-        from .tasks.judge import judge_prompt
+        from .readouts import JudgeRow, candidate_scores
 
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-        cands = [check_candidates(c) for _, c, _ in rows]
-        prompts = [judge_prompt(instr, c, inp) for (instr, _, inp), c in zip(rows, cands)]
-        return [verdict([s.logprob for s in scores], c, tie_margin) for scores, c in zip(self.score(prompts, cands), cands)]
+        judged = [JudgeRow(instr, tuple(check_candidates(c)), inp) for instr, c, inp in rows]
+        return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(candidate_scores(self, judged, readout), judged)]
 
     # -- documents ----------------------------------------------------------------------
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:

@@ -28,9 +28,10 @@ from .errors import SetLLMWarning
 Row = dict[str, Any]
 
 
-def row_hash(obj: object) -> str:
-    """A short hash of an input row's content (key order does not matter)."""
-    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def row_hash(obj: object, settings: dict | None = None) -> str:
+    """A short hash of an input row's content (key order does not matter) and of the
+    ``settings`` its answer depends on beyond the model (a judge's readout, say)."""
+    text = json.dumps(obj if not settings else {"row": obj, "settings": settings}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -42,9 +43,10 @@ class Rows:
     skipped: list[str] = field(default_factory=list)  # "file:line: message", in file order
 
 
-def read_rows(path: str | Path, parse: Callable[[object, str], Row], skip_bad: bool = False) -> Rows:
+def read_rows(path: str | Path, parse: Callable[[object, str], Row], skip_bad: bool = False, settings: dict | None = None) -> Rows:
     """Every row parsed (``parse(obj, "file:line") -> row`` raises :class:`DataError`), with an
-    ``id`` (default: the row's index) unique across the file and the content hash ``row``.
+    ``id`` (default: the row's index) unique across the file and the hash ``row`` of its
+    content and ``settings``.
     A bad row stops the read, or with ``skip_bad`` is skipped and counted."""
     rows, seen, skipped = [], {}, []
     for i, (where, obj) in enumerate(iter_jsonl(path, errors="yield")):
@@ -60,7 +62,7 @@ def read_rows(path: str | Path, parse: Callable[[object, str], Row], skip_bad: b
                 raise
             skipped.append(str(e))
             continue
-        row["row"] = row_hash(obj)
+        row["row"] = row_hash(obj, settings)
         seen[row["id"]] = where
         rows.append(row)
     if skipped:

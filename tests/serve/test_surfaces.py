@@ -73,3 +73,21 @@ def test_a_markup_string_means_the_same_on_every_surface(lm, model_dir, capsys):
     code, out, _ = run_cli(capsys, "generate", "--prompt", markup.replace("\n", "\\n"), "--max-new-tokens", "4", "--model", model_dir)
     assert code == 0 and out.rstrip("\n") == saved.generate(markup, max_new_tokens=4)
     assert served_text == lm.generate(markup, max_new_tokens=4)
+
+
+JUDGE_INSTRUCTION = "Say hello to a friend."
+JUDGE_CANDIDATES = ["Hello there, my friend!", "Go away."]
+
+
+def test_the_server_judges_with_each_readout_as_the_library_does(lm):
+    from setllm import readouts
+
+    body = {"instruction": JUDGE_INSTRUCTION, "candidates": JUDGE_CANDIDATES}
+    with serving(lm) as client:
+        for name in readouts.READOUTS:
+            want = lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES, readout=name)
+            got = client.post("/v1/judge", json={**body, "readout": name}).json()
+            assert got["scores"] == want.scores and got["best"] == want.best, name  # the same driver, the same shapes: the same bits
+        assert client.post("/v1/judge", json=body).json()["scores"] == lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores
+        bad = client.post("/v1/judge", json={**body, "readout": "vibes"})
+    assert bad.status_code == 422 and "likelihood" in bad.text

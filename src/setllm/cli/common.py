@@ -180,18 +180,19 @@ def describe(lm) -> str:
     return f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
 
 
-def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose") -> int:
+def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose",
+                 settings: dict | None = None) -> int:
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked, the output checked against the input and writable before the model loads
     (and no model loads when nothing is left); then batched, resumable, in input order
-    (:mod:`setllm.jsonl_job`). ``make_answer(lm, rows)`` returns the batch function (and may
+    (:mod:`setllm.jsonl_job`; an answer given under other ``settings`` is not resumed). ``make_answer(lm, rows)`` returns the batch function (and may
     check the rows against the loaded model first)."""
     from .. import jsonl_job
 
     if not (args.input and args.output) or any(getattr(args, name) for name in single):
         flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
-    read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad)
+    read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, settings)
     jsonl_job.check_output(args.output, args.input)
     left = jsonl_job.todo(read.rows, args.output, args.overwrite)
     if left:

@@ -14,6 +14,7 @@ import json
 import sys
 
 from ..errors import InputError
+from ..readouts import DEFAULT_READOUT, READOUTS
 from .common import LoadOptions, add_command, add_file_job_flags, describe, load_setllm, run_file_job
 
 
@@ -24,6 +25,8 @@ def add_parser(sub, name: str = "judge"):
     p.add_argument("--candidates", nargs="+", metavar="TEXT", help="the candidate responses (at least two)")
     p.add_argument("--task-input", metavar="TEXT", help="the instruction's input, if any (shown under it)")
     p.add_argument("--tie-margin", type=float, default=0.0, metavar="X", help="best two scores within X nats are a tie (default: 0)")
+    p.add_argument("--readout", default=DEFAULT_READOUT, choices=list(READOUTS),
+                   help=f"how candidates are scored (setllm.readouts; docs/judging.md); default: {DEFAULT_READOUT}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_file_job_flags(p, "JSONL of rows to judge (see above); verdicts go to --output", "JSONL of verdicts, in input order")
     p.set_defaults(func=cmd_judge)
@@ -42,7 +45,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     candidates = check_candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")
     print(describe(lm), file=sys.stderr)
-    v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin)
+    v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin, readout=args.readout)
     if args.json:  # indices into the candidates, as --input, the server and Python give them
         print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
     else:
@@ -57,12 +60,12 @@ def _judge_file(args: argparse.Namespace) -> int:
         _check_fit(lm, rows)
 
         def answer(batch):
-            verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin)
+            verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin, args.readout)
             return [{"id": r["id"], "best": v.best, "ranking": v.ranking, "scores": v.scores} for r, v in zip(batch, verdicts)]
 
         return answer
 
-    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged", kind="judge")
+    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged", kind="judge", settings={"readout": args.readout})
 
 
 def _judge_row(obj: object, where: str) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..readouts import READOUTS
 from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
 from .metrics import MODES, plan_for
 from .orderings import ORDERING_CHOICES
@@ -40,6 +41,8 @@ class EvalConfig:
     verify_invariance: bool = field(default=False, metadata=_help(
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
+    readout: str | None = field(default=None, metadata=_help(
+        "judge datasets: how candidates are scored (setllm.readouts); default: likelihood", choices=list(READOUTS)))
     skip_bad: bool = field(default=False, metadata=_help("skip malformed records (counted, the first named) instead of stopping"))
     limit: int | None = field(default=None, metadata=_help("evaluate at most N questions", metavar="N"))
     subset_seed: int | None = field(default=None, metadata=_help("with --limit: a seeded random subset instead of the first N", metavar="S"))
@@ -63,6 +66,8 @@ class EvalConfig:
             parse_positions(self.gold_positions)
         if self.dataset is not None:
             get_task(self.dataset)
+        if self.readout is not None and self.dataset not in JUDGE_TASKS:
+            raise InputError(f"--readout is for the judge datasets ({', '.join(JUDGE_TASKS)}), not --dataset {self.dataset}")
         if isinstance(self.modes, (list, tuple)):  # from a config file
             self.modes = ",".join(self.modes)
         if not self.mode_list:

@@ -26,7 +26,9 @@ from ..api import pick
 from ..data import MCRecord
 from ..errors import InputError, SetLLMError
 from ..runtime import weights_fingerprint
+from ..scoring import OptionScore
 from ..tasks import MCTask, Template, get_task, load_records
+from ..tasks.base import shown
 from . import store
 from .config import EvalConfig
 from .metrics import PLANS, QuestionResult, majority_vote, plan_for
@@ -194,7 +196,7 @@ def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: st
     questions = [_Question(r, _due(r, one_run, cfg, template)) for r in records]
     while items := [(q, o) for q in questions for o in q.next(plan)]:
         for lo in range(0, len(items), lm.batch_size):
-            score_batch(lm, template, items[lo : lo + lm.batch_size], cfg.normalize)
+            score_batch(lm, template, items[lo : lo + lm.batch_size], cfg.normalize, cfg.readout)
     rows = [q.row(plan, one_run, cfg.seed) for q in questions]
     if cfg.log_samples:  # what was asked, as lm-eval's --log_samples keeps it
         for row, r in zip(rows, records):
@@ -210,17 +212,29 @@ def _questions_per_chunk(batch_size: int, todo: Sequence[MCRecord], one_run: boo
     return max(1, batch_size // len(_due(todo[0], one_run, cfg, template)))
 
 
-def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]], normalize: bool) -> None:
-    """One forward batch; records each item's pick, its share of the time, the batch's peak memory."""
-    rendered = [template.render(q.record, o) for q, o in items]
+def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]], normalize: bool, readout: str | None = None) -> None:
+    """One forward batch; records each item's pick, its share of the time, the batch's peak
+    memory. ``readout``: judge rows, read through :mod:`setllm.readouts` (its score per
+    candidate stands where a log-likelihood would)."""
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    scores = lm.score([r.prompt for r in rendered], [r.options for r in rendered])
+    if readout in (None, "likelihood"):  # the template's own prompt and options
+        rendered = [template.render(q.record, o) for q, o in items]
+        scores = lm.score([r.prompt for r in rendered], [r.options for r in rendered])
+    else:
+        scores = _readout_scores(lm, [(q.record, o) for q, o in items], readout)
     seconds = (time.perf_counter() - start) / len(items)
     peak = peak_memory_mb(device)
     for (q, order), s in zip(items, scores):
         q.add(order, s, seconds, peak, normalize)
+
+
+def _readout_scores(lm, items: list[tuple[MCRecord, Ordering]], readout: str) -> list[list[OptionScore]]:
+    from ..readouts import JudgeRow, candidate_scores
+
+    rows = [JudgeRow(r.question, tuple(c.strip() for c in shown(r, o)), r.context) for r, o in items]
+    return [[OptionScore(c, s, s, 0) for c, s in zip(row.candidates, got)] for row, got in zip(rows, candidate_scores(lm, rows, readout))]
 
 
 def _due(record: MCRecord, one_run: bool, cfg: EvalConfig, template: Template | None = None) -> list[Ordering]:
@@ -245,7 +259,7 @@ def _settings(lm, cfg: EvalConfig, task: MCTask, source: str, meta: dict) -> dic
         "variant": lm.variant.name, "invariant": lm.variant.invariant, "exact": lm.exact, "chat": lm.chat, "eos": lm.options.eos,
         "model": meta.get("model"), "adapter": meta.get("adapter"), "dtype": str(next(lm.model.parameters()).dtype),
         "max_orderings": cfg.max_orderings, "ordering_choice": cfg.ordering_choice, "verify_invariance": cfg.verify_invariance,
-        "normalize": cfg.normalize, "seed": cfg.seed, "torch": torch.__version__,
+        "normalize": cfg.normalize, "seed": cfg.seed, "torch": torch.__version__, **({"readout": cfg.readout} if cfg.readout else {}),
         # The weights actually scored (an adapter is merged into them): retraining an adapter
         # in place and resuming must not mix its answers with the old ones.
         "weights": weights_fingerprint(lm.model),

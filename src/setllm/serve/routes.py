@@ -66,8 +66,8 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
 @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
 async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     """Which candidate response is best; no order or label bias (the candidates are a set)."""
-    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input)
-    return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores.logprobs)
+    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout)
+    return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores)
 
 
 @router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)

@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from ..readouts import DEFAULT_READOUT, READOUTS
+
+ReadoutName = Literal[tuple(READOUTS)]  # type: ignore[valid-type]  # 422 names the choices
 SEED_MAX = 2**63 - 1  # what torch.Generator.manual_seed takes
 PROMPT_HELP = 'a set prompt: markup text ("Q:\\n{{a\\n||b\\n}}Answer:") or a list of text and {"set": [...]} items'
 
@@ -66,12 +69,13 @@ class JudgeRequest(Request):
     instruction: str = Field(min_length=1)
     input: str | None = None
     candidates: list[str] = Field(min_length=2, description="the candidate responses, read as a set with identical, unnamed framing")
+    readout: ReadoutName = Field(default=DEFAULT_READOUT, description="how scores are read (setllm.readouts)")
 
 
 class JudgeResponse(BaseModel):
     best: int = Field(description="position of the best candidate in the request's list")
     ranking: list[int] = Field(description="all candidates, best first (positions in the request's list)")
-    scores: list[float] = Field(description="log-likelihood of each candidate, in the request's order")
+    scores: list[float] = Field(description="each candidate's score under the readout (higher is better), in the request's order")
 
 
 class ScoreRequest(Request):

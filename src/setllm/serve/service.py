@@ -7,6 +7,7 @@ batching, limits and metrics come with them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from ..chat import chat_prompt
 from ..generation import GenerationConfig
 from ..markup import parse_markup
 from ..prompt import SetPrompt, as_prompt
-from ..tasks.judge import judge_prompt
+from ..readouts import DEFAULT_READOUT, JudgeRow, get_readout
 from ..templates import mc_prompt, options_of
 from .batcher import Batcher
 from .config import ServeConfig
@@ -76,13 +77,18 @@ class Service:
         scores = await self.score(mc_prompt(question, options, context), options)
         return options, pick(scores.option_scores(options)).index, scores
 
-    async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None) -> tuple[list[int], Scores]:
-        """The ranking (best first) and scores of candidate responses (:mod:`setllm.tasks.judge`);
-        equal scores rank by candidate text, so the ranking cannot depend on their order."""
+    async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None,
+                    readout: str = DEFAULT_READOUT) -> tuple[list[int], list[float]]:
+        """The ranking (best first) and scores of candidate responses under ``readout``
+        (:mod:`setllm.readouts`); equal scores rank by candidate text, so the ranking cannot
+        depend on their order."""
         self._check_count(candidates)
-        cands = [c.strip() for c in candidates]  # an empty response is a real candidate
-        scores = await self.score(judge_prompt(instruction, cands, input), cands)
-        return verdict(scores.logprobs, cands).ranking, scores
+        r = get_readout(readout)
+        row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
+        asks = r.asks(row)
+        asked = await asyncio.gather(*(self.score(prompt, options) for prompt, options in asks))
+        scores = r.combine(row, [s.option_scores(options) for s, (_, options) in zip(asked, asks)])
+        return verdict(scores, list(row.candidates)).ranking, scores
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
                        logprobs: int | None = None, echo: bool = False) -> Generated:

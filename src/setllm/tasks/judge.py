@@ -38,8 +38,12 @@ CUE = "Best response:"
 def judge_prompt(instruction: str, candidates: list[str], input: str | None = None) -> SetPrompt:
     """The judge prompt; every candidate gets the same frame and no name. An empty
     candidate is a real answer (models do answer with nothing): its frame stands alone."""
-    head = HEAD.format(instruction=instruction.strip()) + (f"Input: {input.strip()}\n" if input else "") + "\nResponses:\n"
-    return as_prompt([head, Set([frame(c) for c in candidates]), CUE])
+    return as_prompt([judge_head(instruction, input) + "Responses:\n", Set([frame(c) for c in candidates]), CUE])
+
+
+def judge_head(instruction: str, input: str | None = None) -> str:
+    """The instruction (and input) the candidates answer, ending in a blank line."""
+    return HEAD.format(instruction=instruction.strip()) + (f"Input: {input.strip()}\n" if input else "") + "\n"
 
 
 def frame(candidate: str) -> str:

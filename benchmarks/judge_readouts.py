@@ -1,0 +1,172 @@
+"""Judge readouts against human labels and length baselines (issue 19).
+
+For each UltraFeedback test pair (ties dropped; the two responses in a seeded order, so the
+better one is first half the time), score what every readout of `setllm.readouts` needs,
+under the untrained Set-LLM reading (`setmask-setpe`, no adapter), the shipped judge adapter
+and the untrained causal model (`causal-pe`, both orders), then report per judge:
+accuracy, position consistency, first-slot rate, and accuracy on the pairs where the better
+response is the longer one and where it is the shorter one; beside pick-the-longer and
+pick-the-shorter (by characters). Resumable: raw scores go to ``--out/<judge>.jsonl`` one pair
+per line, a rerun scores only what is missing.
+
+Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
+       --out runs/readouts [--limit N --subset-seed S] [--judges set,set-judge,causal]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from setllm import SetLLM, readouts
+from setllm.api import ranking
+from setllm.tasks.judge import judge_prompt, pair_row
+
+JUDGES = {  # name -> (variant, adapter, orders scored)
+    "set": ("setmask-setpe", "none", 1),
+    "set-judge": ("setmask-setpe", "auto", 1),  # the shipped judge adapter (kind="judge")
+    "causal": ("causal-pe", "none", 2),
+}
+
+
+def load_pairs(path: str, limit: int | None, subset_seed: int | None) -> list[dict]:
+    rows = [pair_row(json.loads(line), f"{path}:{i + 1}") for i, line in enumerate(open(path, encoding="utf-8"))]
+    rows = [r for r in rows if r is not None]
+    if limit is not None:
+        rows = random.Random(subset_seed).sample(rows, min(limit, len(rows))) if subset_seed is not None else rows[:limit]
+    return rows
+
+
+def raw_scores(lm: SetLLM, pair: dict, orders: int) -> dict:
+    """Everything the readouts combine, per order (0: the data's order, 1: swapped)."""
+    out = {}
+    for k in range(orders):
+        cands = pair["candidates"] if k == 0 else pair["candidates"][::-1]
+        row = readouts.JudgeRow(pair["instruction"], tuple(c.strip() for c in cands))
+        asks = [(judge_prompt(row.instruction, list(row.candidates)), list(row.candidates)), (readouts.alone_prompt(row), list(row.candidates))]
+        asks += [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]
+        got = lm.score([p for p, _ in asks], [o for _, o in asks])
+        out[str(k)] = {"judged": [s.logprob for s in got[0]], "tokens": [s.n_tokens for s in got[0]], "alone": [s.logprob for s in got[1]],
+                       "yes_no": [[s.logprob for s in g] for g in got[2:]]}
+    return out
+
+
+def readout_scores(raw: dict, readout: str) -> list[float]:
+    if readout == "likelihood":
+        return raw["judged"]
+    if readout == "mean":
+        return [lp / n for lp, n in zip(raw["judged"], raw["tokens"])]
+    if readout == "pmi":
+        return [a - b for a, b in zip(raw["judged"], raw["alone"])]
+    return [y - n for y, n in raw["yes_no"]]
+
+
+def run_judge(name: str, pairs: list[dict], out: Path) -> dict[str, dict]:
+    path = out / f"{name}.jsonl"
+    done = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done[rec["id"]] = rec["raw"]
+    todo = [p for p in pairs if p["id"] not in done]
+    if todo:
+        variant, adapter, orders = JUDGES[name]
+        lm = SetLLM.from_pretrained(adapter=adapter, variant=variant, kind="judge")
+        print(f"{name}: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+        with path.open("a", encoding="utf-8") as f:
+            for p in tqdm(todo, desc=name, file=sys.stderr):
+                done[p["id"]] = raw_scores(lm, p, orders)
+                f.write(json.dumps({"id": p["id"], "raw": done[p["id"]]}) + "\n")
+                f.flush()
+    return done
+
+
+def pick(scores: list[float], cands: list[str]) -> int:
+    """The library's verdict rule: the best score, equal scores by text."""
+    return ranking(scores, cands)[0]
+
+
+def metrics(picks: list[tuple[int, int | None]], pairs: list[dict]) -> dict:
+    """``picks``: (pick in the data's order, pick in the swapped order or None) per pair, as
+    indices into the data's order."""
+    n = len(pairs)
+    acc = sum(a == p["label"] for (a, _), p in zip(picks, pairs)) / n
+    longer = [i for i, p in enumerate(pairs) if len(p["candidates"][p["label"]]) > len(p["candidates"][1 - p["label"]])]
+    shorter = [i for i, p in enumerate(pairs) if len(p["candidates"][p["label"]]) < len(p["candidates"][1 - p["label"]])]
+    row = {"accuracy": acc, "se": math.sqrt(acc * (1 - acc) / n), "n": n,
+           "acc_better_longer": sum(picks[i][0] == pairs[i]["label"] for i in longer) / max(1, len(longer)),
+           "acc_better_shorter": sum(picks[i][0] == pairs[i]["label"] for i in shorter) / max(1, len(shorter)),
+           "n_longer": len(longer), "n_shorter": len(shorter)}
+    if all(b is not None for _, b in picks):
+        row["accuracy_swapped"] = sum(b == p["label"] for (_, b), p in zip(picks, pairs)) / n
+        row["consistency"] = sum(a == b for a, b in picks) / n
+        row["first_slot"] = (sum(a == 0 for a, _ in picks) + sum(b == 1 for _, b in picks)) / (2 * n)  # b: index in data order; shown first when swapped is 1
+        row["both_agree"] = sum(a == b == p["label"] for (a, b), p in zip(picks, pairs)) / n
+    return row
+
+
+def table(pairs: list[dict], raws: dict[str, dict]) -> list[tuple[str, dict]]:
+    rows = []
+    by_len = lambda p, longer: max(range(2), key=lambda i: (len(p["candidates"][i]) if longer else -len(p["candidates"][i]), -i))  # noqa: E731
+    rows.append(("pick the longer response (no model)", metrics([(by_len(p, True), None) for p in pairs], pairs)))
+    rows.append(("pick the shorter response (no model)", metrics([(by_len(p, False), None) for p in pairs], pairs)))
+    for name, raw in raws.items():
+        for readout in readouts.READOUTS:
+            picks = []
+            summed = []
+            for p in pairs:
+                cands = [c.strip() for c in p["candidates"]]
+                a = pick(readout_scores(raw[p["id"]]["0"], readout), cands)
+                if "1" in raw[p["id"]]:
+                    s1 = readout_scores(raw[p["id"]]["1"], readout)[::-1]  # back to the data's order
+                    b = pick(s1, cands)
+                    summed.append(pick([x + y for x, y in zip(readout_scores(raw[p["id"]]["0"], readout), s1)], cands))
+                else:
+                    b = None
+                picks.append((a, b))
+            rows.append((f"{name}, {readout}", metrics(picks, pairs)))
+            if summed:
+                rows.append((f"{name}, {readout}, both orders summed", metrics([(s, None) for s in summed], pairs)))
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--subset-seed", type=int)
+    p.add_argument("--judges", default="set,set-judge,causal")
+    p.add_argument("--json", help="write the table as JSON here too")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = load_pairs(args.data, args.limit, args.subset_seed)
+    raws = {name: run_judge(name, pairs, out) for name in args.judges.split(",")}
+    rows = table(pairs, raws)
+    import torch
+
+    print(f"# judge readouts ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
+          f"{len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed})\n")
+    print("| judge, readout | accuracy | ± se | swapped | both agree | consistency | first slot | better is longer | better is shorter |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    pct = lambda r, k: f"{100 * r[k]:.1f}" if k in r else ""  # noqa: E731
+    for name, r in rows:
+        print(f"| {name} | {pct(r, 'accuracy')} | {100 * r['se']:.1f} | {pct(r, 'accuracy_swapped')} | {pct(r, 'both_agree')} | "
+              f"{pct(r, 'consistency')} | {pct(r, 'first_slot')} | {pct(r, 'acc_better_longer')} (n={r['n_longer']}) | "
+              f"{pct(r, 'acc_better_shorter')} (n={r['n_shorter']}) |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
