@@ -27,7 +27,7 @@ from .templates import mc_prompt, options_of
 from .variants import DEFAULT_VARIANT, Variant, get_variant
 
 # The adapters shipped for the embedded model, one per kind of task they were trained for.
-SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score)
+SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
 SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge", "documents": "smollm2-135m-documents"}
 DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS["choose"]
 
@@ -227,8 +227,8 @@ class SetLLM:
         if len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
-        # The driver groups prompts by length bucket: give it several batches at once, so that
-        # the groups fill (a batch of 8 mixed lengths would run as several small forwards).
+        # The driver packs prompts into forwards of fixed row blocks: give it several batches
+        # at once, so that the blocks fill (a lone short prompt pays a whole 64-row block).
         window = self.batch_size * SCORING_WINDOW
         for lo in self._chunks(len(prompts), "scoring", window):
             chunk, opts = prompts[lo : lo + window], options[lo : lo + window]

@@ -97,20 +97,22 @@ class SetPrompt:
 PromptLike = Union[SetPrompt, str, Set, Sequence[Any], dict]
 
 
-def as_prompt(obj: PromptLike) -> SetPrompt:
+def as_prompt(obj: PromptLike, *, warn_markup: bool = True) -> SetPrompt:
     """Validate and convert any accepted prompt form into a :class:`SetPrompt`.
 
     Accepts a ``SetPrompt``; a string (read as markup, :mod:`setllm.markup`, as on every
     surface); a sequence of strings (plain text), :class:`Set`, Python ``set``/
     ``frozenset`` (elements then sorted, since a Python set has no stable order) or
-    ``{"set": [...]}``; or a JSON-style ``{"prompt": [...]}`` dict.
+    ``{"set": [...]}``; or a JSON-style ``{"prompt": [...]}`` dict. List text that looks like
+    markup is read as text, with a warning (``warn_markup=False``: silently, see
+    :func:`template_prompt`).
     """
     if isinstance(obj, SetPrompt):
         return obj
     if isinstance(obj, dict):
         if set(obj) - {"prompt", "response"} or "prompt" not in obj:
             raise PromptError(f"a prompt object needs a 'prompt' key, got keys {sorted(obj)}")
-        return as_prompt(obj["prompt"])
+        return as_prompt(obj["prompt"], warn_markup=warn_markup)
     if isinstance(obj, str):
         # One rule on every surface (library, CLI, server, lm-eval): a prompt given as one
         # string is setllm markup, `{{a||b}}` making a set (plain text parses as itself).
@@ -121,10 +123,16 @@ def as_prompt(obj: PromptLike) -> SetPrompt:
         obj = [obj]
     if not isinstance(obj, Sequence):
         raise PromptError(f"a prompt is a list of text and sets, got {type(obj).__name__}")
-    segments = _merge_text([_segment(item, f"prompt[{i}]") for i, item in enumerate(obj)])
+    segments = _merge_text([_segment(item, f"prompt[{i}]", warn_markup) for i, item in enumerate(obj)])
     if not segments:
         raise PromptError("the prompt is empty")
     return SetPrompt(tuple(segments))
+
+
+def template_prompt(segments: Sequence[Any]) -> SetPrompt:
+    """A prompt a template builds around the user's text (a question, options, responses): that
+    text is text, whatever braces it holds (code does), so no markup warning."""
+    return as_prompt(segments, warn_markup=False)
 
 
 def _merge_text(segments: list[Segment]) -> list[Segment]:
@@ -139,9 +147,9 @@ def _merge_text(segments: list[Segment]) -> list[Segment]:
     return out
 
 
-def _segment(item: Any, where: str) -> Segment:
+def _segment(item: Any, where: str, warn_markup: bool = True) -> Segment:
     if isinstance(item, str):
-        if "{{" in item and "}}" in item.split("{{", 1)[1]:
+        if warn_markup and "{{" in item and "}}" in item.split("{{", 1)[1]:
             import warnings
 
             from .errors import SetLLMWarning

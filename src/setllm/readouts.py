@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .prompt import SetPrompt, as_prompt
+from .prompt import SetPrompt, template_prompt
 from .tasks.judge import judge_head, judge_prompt
 
 if TYPE_CHECKING:
@@ -57,14 +57,14 @@ QUESTION = "\nIs this the best response? Answer Yes or No.\nAnswer:"
 
 def alone_prompt(row: JudgeRow) -> SetPrompt:
     """The instruction with no candidates shown: the reference of ``pmi``."""
-    return as_prompt([judge_head(row.instruction, row.input) + "Response:"])
+    return template_prompt([judge_head(row.instruction, row.input) + "Response:"])
 
 
 def verdict_prompt(row: JudgeRow, i: int) -> SetPrompt:
     """The judge prompt's set, then candidate ``i`` named again in a yes/no question."""
     base = judge_prompt(row.instruction, list(row.candidates), row.input)
     text = row.candidates[i].strip()
-    return as_prompt([*base.segments[:-1], ("Candidate: " + text if text else "Candidate:") + QUESTION])
+    return template_prompt([*base.segments[:-1], ("Candidate: " + text if text else "Candidate:") + QUESTION])
 
 
 def _judge(row: JudgeRow) -> Asks:

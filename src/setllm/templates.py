@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .errors import InputError
-from .prompt import Set, SetPrompt, as_prompt
+from .prompt import Set, SetPrompt, template_prompt
 
 
 def mc_prompt(question: str, choices: Sequence[str], context: str | None = None) -> SetPrompt:
@@ -23,13 +23,13 @@ def mc_prompt(question: str, choices: Sequence[str], context: str | None = None)
     head = f"Question: {question}\n\nChoices:\n"
     if context:
         head = f"Context: {context}\n{head}"
-    return as_prompt([head, Set([f"{c}\n" for c in choices]), "Answer:"])
+    return template_prompt([head, Set([f"{c}\n" for c in choices]), "Answer:"])
 
 
 def original_prompt(question: str, context: str | None = None) -> SetPrompt:
     """``Question: ...\\nAnswer:`` with no options in the prompt."""
     head = f"Question: {question}\nAnswer:"
-    return as_prompt([f"{context}\n{head}" if context else head])
+    return template_prompt([f"{context}\n{head}" if context else head])
 
 
 def response_text(option: str, after: str = ":") -> str:

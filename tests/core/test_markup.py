@@ -64,3 +64,16 @@ def test_a_string_is_markup_and_list_text_that_looks_like_markup_warns():
     with pytest.warns(SetLLMWarning, match="looks like set markup"):
         as_text = lm.encode(["Pick:\n{{apple\n||dog\n}}Answer:"])
     assert as_text != as_string and set(as_text.set_ids) == {-1}
+
+
+def test_templates_read_braces_in_user_text_as_text_without_a_warning():
+    from setllm import mc_prompt
+    from setllm.tasks.judge import judge_prompt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = judge_prompt("Fix this: `d = {{'a': 1}}`", ["x = {{1}}", "no"])
+        q = mc_prompt("What does {{x}} print?", ["1", "{{x}}"])
+    assert "{{'a': 1}}" in p.text() and "What does {{x}} print?" in q.text()
+    assert [sorted(s) for s in p.sets] == [["Response: no\n", "Response: x = {{1}}\n"]]
+    assert [sorted(s) for s in q.sets] == [["1\n", "{{x}}\n"]]

@@ -27,7 +27,7 @@ from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
 from .. import generation, scoring
-from ..api import SetLLM
+from ..api import SCORING_WINDOW, SetLLM
 from ..batch import collate
 from ..encoding import EncodedPrompt
 from ..errors import InputError, SetLLMWarning
@@ -215,16 +215,16 @@ class SetLLMLM(TemplateLM):
         return self.options.markup and "{{" in context
 
     def _score(self, pairs: Sequence[tuple[EncodedPrompt, list[int]]], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """Score every pair; pairs with the same context share one prefill."""
+        """Score every pair through the scoring driver, several batches of contexts per call
+        (the driver packs them; pairs with the same context share one prefill)."""
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, (enc, _) in enumerate(pairs):
-            groups[(tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids))].append(i)
-        # Longest first, so a batch holds contexts of similar length (little padding).
-        order = sorted(groups.values(), key=lambda idx: -len(pairs[idx[0]][0]))
+            groups[scoring.identity(enc)].append(i)
+        order = list(groups.values())
         results: list[tuple[float, bool]] = [(0.0, False)] * len(pairs)
-        size = self.llm.batch_size
-        for lo in tqdm(range(0, len(order), size), desc="setllm loglikelihood", unit="batch", disable=disable_tqdm):
-            chunk = order[lo : lo + size]
+        window = self.llm.batch_size * SCORING_WINDOW
+        for lo in tqdm(range(0, len(order), window), desc="setllm loglikelihood", unit="window", disable=disable_tqdm):
+            chunk = order[lo : lo + window]
             requests = [scoring.ScoreRequest(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
             for idx, row in zip(chunk, scoring.score_requests(self.llm.model, self.llm.variant, self.llm.pad_id, requests)):
                 for i, score in zip(idx, row):

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..data import DataError, MCRecord
-from ..prompt import Set, SetPrompt, as_prompt
+from ..prompt import Set, SetPrompt, template_prompt
 
 NAME = "documents"
 HEAD = "Documents:\n"
@@ -65,7 +65,7 @@ def documents_prompt(documents: Sequence[str], question: str) -> SetPrompt:
     wherever it lands; a document's inner newlines become spaces so that one document is one
     line and the answer, generated up to a newline, never runs into the frame."""
     frames = [FRAME.format(document=" ".join(d.split())) for d in documents]
-    return as_prompt([HEAD, Set(frames) if len(frames) > 1 else frames[0], CUE.format(question=" ".join(question.split()))])
+    return template_prompt([HEAD, Set(frames) if len(frames) > 1 else frames[0], CUE.format(question=" ".join(question.split()))])
 
 
 def render(record: DocRecord, order: Ordering) -> SetPrompt:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 
 from ..data import DataError, MCRecord
-from ..prompt import Set, SetPrompt, as_prompt
+from ..prompt import Set, SetPrompt, template_prompt
 from .base import HubSource, MCTask, Ordering, Rendered, Template, shown
 
 HEAD = "Instruction: {instruction}\n"
@@ -38,7 +38,7 @@ CUE = "Best response:"
 def judge_prompt(instruction: str, candidates: list[str], input: str | None = None) -> SetPrompt:
     """The judge prompt; every candidate gets the same frame and no name. An empty
     candidate is a real answer (models do answer with nothing): its frame stands alone."""
-    return as_prompt([judge_head(instruction, input) + "Responses:\n", Set([frame(c) for c in candidates]), CUE])
+    return template_prompt([judge_head(instruction, input) + "Responses:\n", Set([frame(c) for c in candidates]), CUE])
 
 
 def judge_head(instruction: str, input: str | None = None) -> str:

@@ -7,7 +7,7 @@ options in a set, scoring their text.
 """
 
 from ..data import MCRecord
-from ..prompt import Set, as_prompt
+from ..prompt import Set, template_prompt
 from .base import HubSource, MCTask, Ordering, Rendered, Template, shown
 
 HEAD = "Question: Given the context, answer correctly the question.\nContext: {context}\nQuestion: {question}\n\nChoices:\n"
@@ -16,14 +16,14 @@ HEAD = "Question: Given the context, answer correctly the question.\nContext: {c
 def numbered(record: MCRecord, order: Ordering) -> Rendered:
     lines = "".join(f"({i}) {c}\n" for i, c in enumerate(shown(record, order)))
     head = HEAD.format(context=record.context, question=record.question)
-    return Rendered(as_prompt([head + lines + "Answer:"]), [f"({i})" for i in range(len(order))])
+    return Rendered(template_prompt([head + lines + "Answer:"]), [f"({i})" for i in range(len(order))])
 
 
 def as_set(record: MCRecord, order: Ordering) -> Rendered:
     # Each element ends with its own newline and "Answer:" follows the set (see mc_prompt).
     head = HEAD.format(context=record.context, question=record.question)
     options = shown(record, order)
-    return Rendered(as_prompt([head, Set([f"{c}\n" for c in options]), "Answer:"]), options)
+    return Rendered(template_prompt([head, Set([f"{c}\n" for c in options]), "Answer:"]), options)
 
 
 def normalise(row: dict) -> dict:

@@ -10,7 +10,7 @@ but is still read bidirectionally under the Set-LLM mask.
 from __future__ import annotations
 
 from ..data import DataError
-from ..prompt import SetPrompt, as_prompt
+from ..prompt import SetPrompt, template_prompt
 
 NAME = "ultrafeedback"
 HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
@@ -29,7 +29,7 @@ def instruction_pair(obj: object, where: str) -> tuple[SetPrompt, str]:
     if not isinstance(response, str) or not response.strip():
         raise DataError(f"{where}: missing or empty 'response' (the chosen answer)")
     # Strip: trailing spaces/newlines would tokenize differently on their own (see templates).
-    return as_prompt([f"Question: {instruction.strip()}\nAnswer:"]), response.strip()
+    return template_prompt([f"Question: {instruction.strip()}\nAnswer:"]), response.strip()
 
 
 def hub_rows() -> list[dict]:
