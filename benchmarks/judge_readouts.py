@@ -40,9 +40,9 @@ JUDGES = {  # name -> (variant, adapter, orders scored)
 def load_pairs(path: str, limit: int | None, subset_seed: int | None) -> list[dict]:
     rows = [pair_row(json.loads(line), f"{path}:{i + 1}") for i, line in enumerate(open(path, encoding="utf-8"))]
     rows = [r for r in rows if r is not None]
-    if limit is not None:
-        rows = random.Random(subset_seed).sample(rows, min(limit, len(rows))) if subset_seed is not None else rows[:limit]
-    return rows
+    if subset_seed is not None:  # shuffled, then the first N: a larger --limit extends a smaller one (resumable)
+        random.Random(subset_seed).shuffle(rows)
+    return rows if limit is None else rows[:limit]
 
 
 def raw_scores(lm: SetLLM, pair: dict, orders: int) -> dict:
@@ -145,7 +145,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--limit", type=int)
     p.add_argument("--subset-seed", type=int)
-    p.add_argument("--judges", default="set,set-judge,causal")
+    p.add_argument("--judges", default="set,causal,set-judge")
     p.add_argument("--json", help="write the table as JSON here too")
     args = p.parse_args()
     out = Path(args.out)
