@@ -93,35 +93,19 @@ def evaluate_rows(lm, records: Sequence[docs.DocRecord], positions: list[int] | 
 
 
 def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -> list[tuple[str, float, float, float]]:
-    """Generate (greedy) and score the gold answer for a batch of (record, key, ordering):
-    ``(generated text, answer log-likelihood, seconds, peak MB)`` each."""
+    """Generate (greedy, up to a newline) and score the gold answer for a batch of (record,
+    key, ordering): ``(generated text, answer log-likelihood, seconds, peak MB)`` each. The
+    answer is scored by the one scoring driver, as ``lm.score`` scores it anywhere."""
     prompts = [docs.render(r, order) for r, _, order in items]
-    answers = [lm.response_ids(p, r.answer) for p, (r, _, _) in zip(prompts, items)]
+    longest = max(len(lm.response_ids(p, r.answer)) for p, (r, _, _) in zip(prompts, items))
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    texts, logps = generate_and_score(lm, prompts, answers, max(map(len, answers)) + EXTRA_TOKENS)
+    texts = lm.generate(prompts, max_new_tokens=longest + EXTRA_TOKENS, stop=["\n"])
+    logps = [s[0].logprob for s in lm.score(prompts, [[r.answer] for r, _, _ in items])]
     seconds = (time.perf_counter() - start) / len(items)
     peak = peak_memory_mb(device)
     return [(t.strip(), lp, seconds, peak) for t, lp in zip(texts, logps)]
-
-
-def generate_and_score(lm, prompts, answers: list[list[int]], max_new_tokens: int) -> tuple[list[str], list[float]]:
-    """Greedy answers (up to a newline) and the gold answers' log-likelihoods from ONE prefill
-    per prompt: the long document set is the expensive part, so its KV cache is copied
-    rather than computed twice. Same numbers as ``lm.generate`` + ``lm.score``."""
-    import copy
-
-    from ..batch import collate
-    from ..generation import GenerationConfig, decode_after_prefill, texts
-    from ..scoring import prefill, score_continuations
-
-    batch = collate([lm.encode(p) for p in prompts], lm.variant.positions, lm.pad_id)
-    cache, logprobs = prefill(lm.model, lm.variant, batch)
-    sums = score_continuations(lm.model, lm.variant, batch, copy.deepcopy(cache), logprobs, [[a] for a in answers])
-    config = GenerationConfig(max_new_tokens=max_new_tokens, stop=["\n"])
-    tokens = decode_after_prefill(lm.model, lm.tokenizer, lm.variant, batch, cache, logprobs, config)
-    return texts(lm.model, lm.tokenizer, tokens, config), [s[0][0] for s in sums]
 
 
 def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> dict:
