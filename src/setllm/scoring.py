@@ -30,6 +30,7 @@ Shapes: B prompts, V vocab; packed rows are ``[1, S]``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -135,9 +136,9 @@ def _round_up(n: int, step: int) -> int:
 class _Prompts:
     """Prompts packed into one row: where each one's tokens are and its own padded layout."""
 
-    def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
+    def __init__(self, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
         self.variant, self.encs = variant, encs
-        self.starts = [sum(map(len, encs[:i])) for i in range(len(encs))]
+        self.starts = [0, *itertools.accumulate(map(len, encs))][:-1]
         self.total = sum(map(len, encs))
         # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
         self.batches = [collate([e], variant.positions, pad_id, length=_round_up(len(e), PROMPT_BUCKET)) for e in encs]
@@ -159,15 +160,16 @@ class _Prompts:
 
 def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
     """One packed prefill of ``encs``, then their option rows in packed forwards."""
-    packed = _Prompts(model, variant, pad_id, encs)
+    packed = _Prompts(variant, pad_id, encs)
     for i, e in enumerate(encs):
         check_length(model.config, len(e) + max(map(len, options[i])), int(packed.batches[i].next_positions[0]) + max(map(len, options[i])))
     with fixed_row_linears(model, MATMUL_ROWS, HEAD_ROWS):
         cache, next_logprobs = _packed_prefill(model, packed)
         out = {}
         flat = [(i, o) for i, opts in enumerate(options) for o in opts]
+        top = next_logprobs.argmax(-1).tolist()
         for i, o in flat:  # the first token is read off the prefill
-            out[(keys[i], o)] = [float(next_logprobs[i, o[0]])], [int(next_logprobs[i].argmax()) == o[0]]
+            out[(keys[i], o)] = [float(next_logprobs[i, o[0]])], [top[i] == o[0]]
         longer = [(i, o) for i, o in flat if len(o) > 1]
         for chunk in _chunks(longer, lambda row: len(row[1]), OPTION_TOKENS):
             for (i, o), (lp, hit) in zip(chunk, _packed_options(model, packed, cache, chunk)):
