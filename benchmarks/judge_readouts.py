@@ -10,7 +10,8 @@ pick-the-shorter (by characters). Resumable: raw scores go to ``--out/<judge>.js
 per line, a rerun scores only what is missing.
 
 Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
-       --out runs/readouts [--limit N --subset-seed S] [--judges set,set-judge,causal]
+       --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
+       [--report-only]
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def readout_scores(raw: dict, readout: str) -> list[float]:
     return [y - n for y, n in raw["yes_no"]]
 
 
-def run_judge(name: str, pairs: list[dict], out: Path) -> dict[str, dict]:
+def run_judge(name: str, pairs: list[dict], out: Path, score: bool = True) -> dict[str, dict]:
     path = out / f"{name}.jsonl"
     done = {}
     if path.exists():
@@ -78,7 +79,7 @@ def run_judge(name: str, pairs: list[dict], out: Path) -> dict[str, dict]:
                 rec = json.loads(line)
                 done[rec["id"]] = rec["raw"]
     todo = [p for p in pairs if p["id"] not in done]
-    if todo:
+    if todo and score:
         variant, adapter, orders = JUDGES[name]
         lm = SetLLM.from_pretrained(adapter=adapter, variant=variant, kind="judge")
         print(f"{name}: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
@@ -147,11 +148,13 @@ def main() -> None:
     p.add_argument("--subset-seed", type=int)
     p.add_argument("--judges", default="set,causal,set-judge")
     p.add_argument("--json", help="write the table as JSON here too")
+    p.add_argument("--report-only", action="store_true", help="score nothing: report the pairs every judge has scored so far")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pairs = load_pairs(args.data, args.limit, args.subset_seed)
-    raws = {name: run_judge(name, pairs, out) for name in args.judges.split(",")}
+    raws = {name: run_judge(name, pairs, out, not args.report_only) for name in args.judges.split(",")}
+    pairs = [p for p in pairs if all(p["id"] in raw for raw in raws.values())]
     rows = table(pairs, raws)
     import torch
 
