@@ -25,6 +25,7 @@ from report_io import emit  # benchmarks/, this script's folder
 
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
+from setllm.encoding import setpe_positions
 from setllm.loading import load_adapter, load_model
 from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 from setllm.tasks import get_task, load_records
@@ -91,7 +92,8 @@ def long_layout(docs: int, doc_tokens: int, head: int = 16, tail: int = 8) -> To
     elem = torch.full((1, n), -1)
     set_ids[0, head : head + docs * doc_tokens] = 0
     elem[0, head : head + docs * doc_tokens] = torch.arange(docs).repeat_interleave(doc_tokens)
-    return TokenLayout(torch.ones(1, n, dtype=torch.bool), torch.ones(1, n, dtype=torch.bool), set_ids, elem)
+    positions = torch.tensor([setpe_positions(set_ids[0].tolist(), elem[0].tolist())[0]])
+    return TokenLayout(torch.ones(1, n, dtype=torch.bool), torch.ones(1, n, dtype=torch.bool), set_ids, elem, positions)
 
 
 def block_mask_bytes(bm) -> int:

@@ -46,7 +46,7 @@ def collate(
         for out, values, fill in zip(fields, (ids, pos, valid, is_prompt, sets, elems), (pad_id, 0, False, False, NOT_IN_SET, NOT_IN_SET)):
             out.append([fill] * pad + values if padding_side == "left" else values + [fill] * pad)
     ids, pos, valid, is_prompt, sets, elems = (torch.tensor(f) for f in fields)
-    return Batch(ids, pos, TokenLayout(valid, is_prompt, sets, elems), torch.tensor(next_pos))
+    return Batch(ids, pos, TokenLayout(valid, is_prompt, sets, elems, pos), torch.tensor(next_pos))
 
 
 def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
@@ -67,7 +67,7 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
     return fields, next_pos
 
 
-def continuation_layout(valid: torch.Tensor) -> TokenLayout:
+def continuation_layout(valid: torch.Tensor, positions: torch.Tensor) -> TokenLayout:
     """Layout of response tokens appended after a prompt: causal, outside any set."""
     none = torch.full(valid.shape, NOT_IN_SET, dtype=torch.long)
-    return TokenLayout(valid, torch.zeros_like(valid), none, none.clone())
+    return TokenLayout(valid, torch.zeros_like(valid), none, none.clone(), positions.expand(valid.shape))

@@ -66,9 +66,9 @@ def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gene
 @torch.no_grad()
 def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.Tensor, step: int):
     """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch."""
-    layout = batch.layout.cat(continuation_layout(torch.ones(len(token), 1, dtype=torch.bool)))
     offset = 0 if variant.positions == "nope" else step
     positions = (batch.next_positions + offset)[:, None]
+    layout = batch.layout.cat(continuation_layout(torch.ones(len(token), 1, dtype=torch.bool), positions))
     out = forward(model, variant, token[:, None].cpu(), positions, layout, cache=cache)
     return out.logits[:, -1], Batch(batch.input_ids, batch.position_ids, layout, batch.next_positions)
 

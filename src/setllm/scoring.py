@@ -41,7 +41,7 @@ from .batch import Batch, collate, continuation_layout
 from .encoding import EncodedPrompt
 from .errors import InputError
 from .masks import render_bool, variant_mask
-from .runtime import cache_kwarg, check_length, fixed_row_linears, forward, new_cache, output_cache
+from .runtime import cache_kwarg, check_length, fixed_row_linears, forward, new_cache, output_cache, sliding_window
 from .variants import Variant
 
 
@@ -136,8 +136,8 @@ def _round_up(n: int, step: int) -> int:
 class _Prompts:
     """Prompts packed into one row: where each one's tokens are and its own padded layout."""
 
-    def __init__(self, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
-        self.variant, self.encs = variant, encs
+    def __init__(self, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt], window: int | None):
+        self.variant, self.encs, self.window = variant, encs, window
         self.starts = [0, *itertools.accumulate(map(len, encs))][:-1]
         self.total = sum(map(len, encs))
         # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
@@ -148,19 +148,26 @@ class _Prompts:
         n = len(self.encs[i])
         return [segments.PAD] * (self.batches[i].input_ids.shape[1] - n) + list(range(self.starts[i], self.starts[i] + n))
 
-    def mask(self, i: int, response: torch.Tensor | None = None) -> torch.Tensor:
-        """``[Q, K]``: prompt ``i``'s own mask, or (``response``: a ``[L]`` valid flag) that of
-        a response after it."""
-        layout = self.batches[i].layout
-        if response is None:
-            return render_bool(variant_mask(self.variant.mask, layout), 1, layout.shape[1], layout.shape[1])[0, 0]
-        full = layout.cat(continuation_layout(response[None]))
-        return render_bool(variant_mask(self.variant.mask, full), 1, len(response), full.shape[1], q_offset=layout.shape[1])[0, 0]
+    def segment(self, i: int, queries: list[int], keys: list[int], response: torch.Tensor | None = None) -> segments.Segment:
+        """Prompt ``i``'s attention block (``response``: a ``[L]`` valid flag, for a response
+        after it), with its masks read off the prompt's own layout."""
+        layout, q_len = self.batches[i].layout, None
+        if response is not None:
+            nxt = int(self.batches[i].next_positions[0])
+            step = torch.zeros(len(response), dtype=torch.long) if self.variant.positions == "nope" else torch.arange(len(response))
+            q_len, layout = len(response), layout.cat(continuation_layout(response[None], nxt + step[None]))
+        n = layout.shape[1]
+        q_len = q_len or n
+
+        def mask(window):
+            return render_bool(variant_mask(self.variant.mask, layout, window), 1, q_len, n, q_offset=n - q_len)[0, 0]
+
+        return segments.Segment(queries, keys, mask(None), mask(self.window) if self.window is not None else None)
 
 
 def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
     """One packed prefill of ``encs``, then their option rows in packed forwards."""
-    packed = _Prompts(variant, pad_id, encs)
+    packed = _Prompts(variant, pad_id, encs, sliding_window(model.config))
     for i, e in enumerate(encs):
         check_length(model.config, len(e) + max(map(len, options[i])), int(packed.batches[i].next_positions[0]) + max(map(len, options[i])))
     with fixed_row_linears(model, MATMUL_ROWS, HEAD_ROWS):
@@ -182,8 +189,7 @@ def _packed_prefill(model, packed: _Prompts):
     """The KV cache of the packed prompts and each one's next-token log-probs ``[B, V]``."""
     ids = torch.tensor([t for e in packed.encs for t in e.input_ids])
     pos = torch.tensor([p for e in packed.encs for p in e.positions(packed.variant.positions)[0]])
-    plan = segments.plan([segments.Segment(packed.keys(i), packed.keys(i), packed.mask(i)) for i in range(len(packed.encs))],
-                         packed.total, packed.total)
+    plan = segments.plan([packed.segment(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))], packed.total, packed.total)
     last = torch.tensor([s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)])
     out = _packed_forward(model, plan, ids, pos, new_cache(), last)
     return output_cache(out), out.logits[0].float().log_softmax(-1)
@@ -200,7 +206,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
         pos += [0] * n if packed.variant.positions == "nope" else list(range(nxt, nxt + n))
         own = list(range(start, start + n)) + [segments.PAD] * (length - n)
         keys = packed.keys(i) + [packed.total + j if j != segments.PAD else j for j in own]
-        segs.append(segments.Segment(own, keys, packed.mask(i, torch.arange(length) < n)))
+        segs.append(packed.segment(i, own, keys, torch.arange(length) < n))
         keep += range(start, start + n - 1)  # token j predicts token j + 1
         start += n
     plan = segments.plan(segs, start, packed.total + start)
@@ -293,9 +299,10 @@ def _row_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, r
 def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
     """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
     causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
-    layout = batch.layout.index_select(rows).cat(continuation_layout(valid))
     step = torch.arange(ids.shape[1]) if variant.positions != "nope" else torch.zeros(ids.shape[1], dtype=torch.long)
-    return forward(model, variant, ids, batch.next_positions[rows][:, None] + step, layout, cache=cache)
+    positions = batch.next_positions[rows][:, None] + step
+    layout = batch.layout.index_select(rows).cat(continuation_layout(valid, positions))
+    return forward(model, variant, ids, positions, layout, cache=cache)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,13 @@ PAD = -1  # a gathered position that is padding (reads a zero vector)
 @dataclass(frozen=True)
 class Segment:
     """One request's attention block: the packed query and key index of each of its rows and
-    keys (``PAD`` for padding), and its mask ``[Q, K]`` (True = attend)."""
+    keys (``PAD`` for padding), its mask ``[Q, K]`` (True = attend), and the same mask within
+    the model's sliding window for the layers that slide (None: the model has no window)."""
 
     queries: Sequence[int]
     keys: Sequence[int]
     mask: torch.Tensor
+    windowed: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class _Group:
     queries: torch.Tensor
     keys: torch.Tensor
     mask: torch.Tensor
+    windowed: torch.Tensor | None
     rows: torch.Tensor  # packed query index of each real row
     picks: torch.Tensor  # flat index into G * Q of the same rows
 
@@ -68,7 +71,8 @@ def plan(segments: Sequence[Segment], n_queries: int, n_keys: int) -> Plan:
         flat = queries.reshape(-1)
         real = (flat != n_queries).nonzero().squeeze(1)
         mask = torch.stack([s.mask for s in members])[:, None]
-        groups.append(_Group(queries, keys, mask, flat[real], real))
+        windowed = torch.stack([s.windowed for s in members])[:, None] if members[0].windowed is not None else None
+        groups.append(_Group(queries, keys, mask, windowed, flat[real], real))
     return Plan(groups, n_queries, n_keys)
 
 
@@ -78,9 +82,11 @@ _PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_segment_pla
 def segment_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
     """Attention of a packed row ``query [1, H, Sq, d]``, ``key/value [1, Hkv, Sk, d]``,
     block by block as the current :class:`Plan` says. The ``attention_mask`` transformers
-    passes is a placeholder; a sliding window is not applied (the caller keeps every request
-    within it). Returns ``[1, Sq, H, d]`` as transformers' attention functions do."""
+    passes is a placeholder; a layer that slides says so by its ``sliding_window`` argument
+    and gets the segments' windowed masks. Returns ``[1, Sq, H, d]`` as transformers'
+    attention functions do."""
     p = _PLAN.get()
+    sliding = kwargs.get("sliding_window") is not None
     heads, n_rep = query.shape[1], query.shape[1] // key.shape[1]
     q, k, v = (_with_zero_row(x[0]) for x in (query, key, value))  # [H, S + 1, d]
     out = query.new_zeros(heads, query.shape[2], value.shape[-1])
@@ -88,7 +94,10 @@ def segment_attention(module, query, key, value, attention_mask, scaling=None, d
         qg = q[:, g.queries].transpose(0, 1)  # [G, H, Q, d]
         kg = k[:, g.keys].transpose(0, 1).repeat_interleave(n_rep, dim=1)
         vg = v[:, g.keys].transpose(0, 1).repeat_interleave(n_rep, dim=1)
-        og = _attend(qg, kg, vg, g.mask.to(qg.device), scaling, softcap)  # [G, H, Q, d]
+        mask = g.windowed if sliding else g.mask
+        if mask is None:
+            raise RuntimeError("a sliding layer, but the plan has no windowed masks (built for a model without a window?)")
+        og = _attend(qg, kg, vg, mask.to(qg.device), scaling, softcap)  # [G, H, Q, d]
         out[:, g.rows.to(out.device)] = og.transpose(0, 1).reshape(heads, -1, og.shape[-1])[:, g.picks.to(out.device)]
     return out.transpose(0, 1)[None], None
 

@@ -12,7 +12,6 @@ from setllm import (
     SetLLM,
     UnsupportedModelError,
     load_model,
-    mc_prompt,
 )
 
 cli = run_cli
@@ -106,14 +105,6 @@ def test_prompt_longer_than_context(model_dir):
     lm = SetLLM(*load_model(model_dir))
     with pytest.raises(PromptError, match="longer than the model's context"):
         lm.encode(["fox " * 300 + "fox"])
-
-
-def test_sliding_window_that_would_cut_sets_is_refused():
-    lm = SetLLM(tiny_model("gemma2", sliding_window=24), tiny_tokenizer())
-    short = mc_prompt("q?", ["a", "b"])
-    lm.score([short])  # fits in the window: fine
-    with pytest.raises(ValueError, match="sliding attention window"):
-        lm.score([mc_prompt("Which city is the capital of France?", ["Budapest", "Paris", "Zurich"])])
 
 
 def test_unsupported_architectures():

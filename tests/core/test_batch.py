@@ -37,6 +37,11 @@ def test_responses_continue_causally_after_the_prompt():
 
 
 def test_continuation_layout_is_outside_every_set():
-    layout = continuation_layout(torch.tensor([[True, True, False]]))
+    layout = continuation_layout(torch.tensor([[True, True, False]]), torch.tensor([[7, 8, 9]]))
     assert layout.is_prompt.tolist() == [[False] * 3] and layout.set_ids.tolist() == [[NOT_IN_SET] * 3]
-    assert layout.valid.tolist() == [[True, True, False]]
+    assert layout.valid.tolist() == [[True, True, False]] and layout.positions.tolist() == [[7, 8, 9]]
+
+
+def test_the_layout_carries_the_positions_the_model_reads():
+    b = collate([PROMPT, PROMPT], "setpe", pad_id=0, responses=[[11], []])
+    assert torch.equal(b.layout.positions, b.position_ids)

@@ -14,6 +14,7 @@ LAYOUT = TokenLayout(
     is_prompt=torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool),
     set_ids=torch.tensor([[-1, 0, 0, 0, -1, -1]]),
     element_ids=torch.tensor([[-1, 0, 0, 1, -1, -1]]),
+    positions=torch.tensor([[0, 1, 2, 1, 3, 4]]),  # SetPE: both elements start at 1
 )
 # ■ = 1, ⬚ = 0; rows are queries   Q  a1 a2 b1 A  R
 EXPECTED = {
@@ -54,6 +55,27 @@ def test_flex_block_mask_predicate(kind):
     assert torch.equal(got.view(1, 1, 6, 6), literal(kind))
 
 
+# Window 2 counted in SetPE positions (Q=0, a1=1, a2=2, b1=1, A=3, R=4): |dpos| < 2.
+WINDOWED_SETMASK = [[1, 1, 0, 1, 0, 0],  # Q (0) sees a1 (1), b1 (1); not a2 (2), A (3)
+                    [1, 1, 1, 0, 0, 0],  # a1 (1): Q, a2; b1 is another element; A is 2 away
+                    [0, 1, 1, 0, 1, 0],  # a2 (2): a1, A (3)
+                    [1, 0, 0, 1, 0, 0],  # b1 (1): Q; the same distance from A as a1 (both 2)
+                    [0, 0, 1, 0, 1, 0],  # A (3): a2 (2)
+                    [0, 0, 0, 0, 1, 1]]  # R (4): A, itself
+
+
+def test_a_window_counts_positions_so_elements_are_cut_alike():
+    got = render(variant_mask("setmask", LAYOUT, window=2), "sdpa", 1, 6, 6)[0, 0]
+    assert got.int().tolist() == WINDOWED_SETMASK
+    # a1 and b1 stand at the same position: every token outside the set sees both or neither.
+    assert torch.equal(got[[0, 4, 5]][:, 1], got[[0, 4, 5]][:, 3])
+    # Under the causal mask it is the one-sided window transformers applies (kv > q - window).
+    causal = render(variant_mask("causal", LAYOUT, window=2), "sdpa", 1, 6, 6)[0, 0]
+    pos = LAYOUT.positions[0]
+    want = [[int(k <= q and pos[q] - pos[k] < 2) for k in range(6)] for q in range(6)]
+    assert causal.int().tolist() == want
+
+
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_query_offset_renders_the_last_rows(backend):
     """With a cache, only the new queries are rendered: the same rows of the full mask."""
@@ -72,7 +94,8 @@ def test_flex_query_offset():
 def test_padding_is_never_attended_and_pad_rows_are_not_empty():
     # Left-padded copy of the example: two pads in front.
     pad = lambda t, v: torch.cat([torch.full((1, 2), v, dtype=t.dtype), t], 1)  # noqa: E731
-    layout = TokenLayout(pad(LAYOUT.valid, False), pad(LAYOUT.is_prompt, False), pad(LAYOUT.set_ids, -1), pad(LAYOUT.element_ids, -1))
+    layout = TokenLayout(pad(LAYOUT.valid, False), pad(LAYOUT.is_prompt, False), pad(LAYOUT.set_ids, -1), pad(LAYOUT.element_ids, -1),
+                         pad(LAYOUT.positions, 0))
     got = render(variant_mask("setmask", layout), "sdpa", 1, 8, 8)[0, 0]
     assert torch.equal(got[2:, 2:], literal("setmask")[0, 0])
     assert not got[2:, :2].any()  # real tokens never see padding

@@ -65,8 +65,8 @@ def test_segment_attention_equals_each_request_by_hand(softcap):
 
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
 def test_soft_capped_and_sliding_families_score_like_the_plain_ladder(arch):
-    """gemma2's soft-capped logits take the eager formula; gemma3's sliding layers need no
-    window inside a request that fits it (scoring checks that it does)."""
+    """gemma2's soft-capped logits take the eager formula; gemma3's sliding layers take the
+    windowed masks (past the window: tests/core/test_windows.py)."""
     from setllm.batch import collate
 
     lm = SetLLM(tiny_model(arch), tiny_tokenizer(), "setmask-setpe")

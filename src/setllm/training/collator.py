@@ -112,4 +112,4 @@ class SetCollator:
 
 
 def layout_of(inputs: dict[str, torch.Tensor]) -> TokenLayout:
-    return TokenLayout(inputs["valid"], inputs["is_prompt"], inputs["set_ids"], inputs["element_ids"])
+    return TokenLayout(inputs["valid"], inputs["is_prompt"], inputs["set_ids"], inputs["element_ids"], inputs["position_ids"])

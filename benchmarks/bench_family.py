@@ -1,0 +1,106 @@
+"""Set-LLM vs the base model on one model family: scoring time and peak memory, side by side.
+
+(a) time: the same questions scored under setmask-setpe and causal-pe (options in the
+    dataset's order), one model in memory, runs alternating, medians;
+(b) peak memory: each variant scores the same questions in a process of its own; each
+    process reports its RSS after loading and its peak RSS while scoring (the peak is reset
+    after the load); the difference is what scoring itself holds at its peak (activations,
+    KV cache, logits).
+
+Usage: python benchmarks/bench_family.py --model gemma3-270m [--dataset piqa --n 40 --subset-seed 1]
+       [--repeats 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+
+import torch
+from bench_core import alternate  # benchmarks/, this script's folder
+from report_io import emit
+
+from setllm import SetLLM, mc_prompt
+from setllm.tasks import get_task, load_records
+
+VARIANTS = ("causal-pe", "setmask-setpe")
+
+
+def questions(dataset: str, data_dir: str, n: int, seed: int):
+    import random
+
+    records = load_records(get_task(dataset), "validation", data_dir)[0]
+    records = random.Random(seed).sample(records, min(n, len(records)))
+    return [mc_prompt(r.question, r.choices) for r in records], [list(r.choices) for r in records]
+
+
+def status_mb(field: str) -> float:
+    """A memory line of /proc/self/status (Linux), MB: VmRSS now, VmHWM the peak."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+
+
+def child(args) -> None:
+    """One variant alone: load, reset the peak, score, report RSS after load and the peak
+    while scoring (MB). Writing 5 to clear_refs resets the kernel's peak (VmHWM), so the
+    load's own peak (reading the weights) is not counted."""
+    lm = SetLLM.from_pretrained(args.model, adapter=None, variant=args.child, batch_size=8, progress=False)
+    loaded = status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
+    lm.score(prompts, options)
+    print(json.dumps({"variant": args.child, "rss_after_load_mb": loaded, "peak_rss_mb": status_mb("VmHWM")}))
+
+
+def memory(args) -> dict:
+    out = {}
+    for v in VARIANTS:
+        cmd = [sys.executable, __file__, "--child", v, "--model", args.model, "--dataset", args.dataset, "--data-dir", args.data_dir,
+               "--n", str(args.n), "--subset-seed", str(args.subset_seed)]
+        rec = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        out[v] = {k: round(x, 1) for k, x in rec.items() if k != "variant"}
+        out[v]["scoring_mb"] = round(rec["peak_rss_mb"] - rec["rss_after_load_mb"], 1)
+    s, c = out["setmask-setpe"], out["causal-pe"]
+    out["ratio_peak_setllm_over_base"] = round(s["peak_rss_mb"] / c["peak_rss_mb"], 3)
+    return out
+
+
+def timing(args) -> dict:
+    lm = SetLLM.from_pretrained(args.model, adapter=None, variant="setmask-setpe", batch_size=8, progress=False)
+    base = lm.with_variant("causal-pe")
+    prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
+    t = alternate({"setllm": lambda: lm.score(prompts, options), "base": lambda: base.score(prompts, options)}, args.repeats)
+    return {**{k: round(v, 3) for k, v in t.items()}, "ratio_setllm_over_base": round(t["setllm"] / t["base"], 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="a --model name (default: the embedded SmolLM2)")
+    ap.add_argument("--dataset", default="piqa")
+    ap.add_argument("--data-dir", default="../shared/data")
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--subset-seed", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", default="a,b", help="a: time, b: peak memory")
+    ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    report = {"hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32",
+              "model": args.model or "embedded SmolLM2-135M-Instruct", "questions": f"{args.n} {args.dataset} validation, subset seed {args.subset_seed}"}
+    parts = set(args.parts.split(","))
+    if "a" in parts:
+        report["a_time"] = timing(args)
+    if "b" in parts:
+        report["b_peak_memory"] = memory(args)
+    emit(report, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""What each verified model family needs of setllm, written in one place.
+
+Everything else in setllm is family-blind: it hands token ids, a mask and position ids to
+the model's public ``forward``. Where a family differs, its entry here says how, and the
+code that acts on it reads it from here.
+
+- Gemma (all): embeddings are scaled by sqrt(hidden size) inside the model (setllm passes
+  ids, never embeddings, so nothing to do); ``<bos>`` must come first: the encoder puts the
+  tokenizer's own BOS in front of every prompt (:func:`setllm.encoding._bos_prefix`) and a
+  chat template's BOS is not doubled.
+- Gemma 2: attention logits are soft-capped, which sdpa cannot do: loaded with eager
+  attention, and :mod:`setllm.segments` applies the cap itself.
+- Gemma 2/3, Qwen 2/3 with ``use_sliding_window``, Mistral, Phi-3: sliding-window layers.
+  The window is applied by setllm's masks, counted in positions
+  (:func:`setllm.masks.window_mask`), per layer type (:func:`setllm.runtime.layer_windows`).
+- Gemma 3: a 262k-token vocabulary. Logits are computed only for the rows that are read
+  (``logits_to_keep``), the head in blocks of ``HEAD_ROWS`` (:mod:`setllm.scoring`), so the
+  set path holds no more logits than the base model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """One verified ``model_type``: the attention implementation it loads with by default
+    and what it needs (see the module docstring)."""
+
+    model_type: str
+    attention: str = "sdpa"
+    notes: str = ""
+
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in [
+    Family("llama"),
+    Family("gemma", notes="<bos> first; embeddings scaled inside the model"),
+    Family("gemma2", attention="eager", notes="soft-capped attention logits (no sdpa); sliding window in every other layer"),
+    Family("gemma3_text", notes="<bos> first; sliding layers (5 of 6) with a mask of their own; 262k vocabulary"),
+    Family("qwen2", notes="sliding layers only with use_sliding_window"),
+    Family("qwen3", notes="sliding layers only with use_sliding_window"),
+    Family("mistral", notes="a sliding window in every layer when sliding_window is set"),
+    Family("phi3", notes="a sliding window in every layer when sliding_window is set"),
+    Family("gpt2", notes="absolute position embeddings (n_positions), Conv1D linear layers"),
+]}
+
+# Architectures tested end to end (tests/test_architectures.py and the family tests).
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+
+
+def default_attention(model_type: str | None, requested: str) -> str:
+    """The attention a model loads with: ``requested``, unless it is the default (sdpa) and
+    the family cannot run it."""
+    family = FAMILIES.get(model_type or "")
+    return family.attention if requested == "sdpa" and family is not None else requested
