@@ -5,7 +5,9 @@
 (b) peak memory: each variant scores the same questions in a process of its own; each
     process reports its RSS after loading and its peak RSS while scoring (the peak is reset
     after the load); the difference is what scoring itself holds at its peak (activations,
-    KV cache, logits).
+    KV cache, logits);
+(c) head blocks: Set-LLM scoring with the option logits read in WIDE_HEAD_ROWS-row blocks
+    (what a vocabulary past WIDE_VOCAB gets) vs HEAD_ROWS-row blocks, alternating.
 
 Usage: python benchmarks/bench_family.py --model gemma3-270m [--dataset piqa --n 40 --subset-seed 1]
        [--repeats 3] [--json FILE]
@@ -78,6 +80,25 @@ def timing(args) -> dict:
     return {**{k: round(v, 3) for k, v in t.items()}, "ratio_setllm_over_base": round(t["setllm"] / t["base"], 3)}
 
 
+def head_blocks(args) -> dict:
+    from setllm import scoring
+
+    lm = SetLLM.from_pretrained(args.model, adapter=None, variant="setmask-setpe", batch_size=8, progress=False)
+    prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
+    wide = scoring.WIDE_VOCAB
+
+    def narrow():
+        scoring.WIDE_VOCAB = 10**9
+        try:
+            lm.score(prompts, options)
+        finally:
+            scoring.WIDE_VOCAB = wide
+
+    t = alternate({"wide_blocks": lambda: lm.score(prompts, options), "narrow_blocks": narrow}, args.repeats)
+    return {**{k: round(v, 3) for k, v in t.items()}, "speedup": round(t["narrow_blocks"] / t["wide_blocks"], 3),
+            "vocab": lm.model.get_output_embeddings().weight.shape[0], "wide_rows": scoring.WIDE_HEAD_ROWS, "narrow_rows": scoring.HEAD_ROWS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="a --model name (default: the embedded SmolLM2)")
@@ -86,7 +107,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--subset-seed", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--parts", default="a,b", help="a: time, b: peak memory")
+    ap.add_argument("--parts", default="a,b", help="a: time, b: peak memory, c: head blocks")
     ap.add_argument("--json", help="also write the raw numbers here")
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -99,6 +120,8 @@ def main() -> None:
         report["a_time"] = timing(args)
     if "b" in parts:
         report["b_peak_memory"] = memory(args)
+    if "c" in parts:
+        report["c_head_blocks"] = head_blocks(args)
     emit(report, args.json)
 
 

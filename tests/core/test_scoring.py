@@ -100,3 +100,17 @@ def test_an_empty_option_is_refused(lm):
 
     with pytest.raises(InputError, match="tokenizes to nothing"):
         run(lm, [scoring.ScoreRequest(request(lm, 0).prompt, [[]])])
+
+
+@pytest.mark.usefixtures("threads")
+def test_a_wide_vocabulary_reads_option_logits_in_wide_blocks_with_the_same_bits_alone(monkeypatch):
+    """Past WIDE_VOCAB words (Gemma 3: 262k) the option forwards take the head in blocks of
+    WIDE_HEAD_ROWS; a request still scores the same bits alone or with companions."""
+    lm = SetLLM(tiny_model("gemma3_text", vocab_size=scoring.WIDE_VOCAB + 100, hidden_size=64), tiny_tokenizer(), "setmask-setpe")
+    head_rows = []
+    real = scoring.fixed_row_linears
+    monkeypatch.setattr(scoring, "fixed_row_linears", lambda model, rows, head: head_rows.append(head) or real(model, rows, head))
+    reqs = [request(lm, w, ["a banana split", "dog", "a fox"]) for w in range(4)]
+    alone = [run(lm, [r])[0] for r in reqs]
+    assert head_rows[:2] == [scoring.HEAD_ROWS, scoring.WIDE_HEAD_ROWS]  # prefill narrow, options wide
+    assert run(lm, reqs) == alone and run(lm, reqs[::-1]) == alone[::-1]

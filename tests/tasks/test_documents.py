@@ -95,15 +95,22 @@ def test_moving_the_gold_document_changes_nothing_for_set_llm_and_something_for_
     assert max(scores) - min(scores) > 1e-3
 
 
-def test_one_prefill_gives_what_generate_and_score_give(sharp):
-    from setllm.evaluation.documents import generate_and_score
+def test_a_batch_of_answers_scores_each_gold_answer_as_the_library_does_alone(sharp):
+    """The documents evaluation decodes with ``lm.generate`` and scores with the one scoring
+    driver: each gold answer's log-likelihood is the bits ``lm.score`` gives that prompt
+    alone (scores do not depend on their batch), the text what ``lm.generate`` decodes."""
+    from setllm.evaluation.documents import answer_batch
 
     lm = SetLLM(sharp, tiny_tokenizer(), "causal-pe")
     rows = [docs.parse_row(r, "x") for r in docs.kv_retrieval(pairs=4, n=3, seed=2, key_length=6, value_length=4)]
-    prompts = [docs.render(r, tuple(range(4))) for r in rows]
-    texts, logps = generate_and_score(lm, prompts, [lm.response_ids(p, r.answer) for p, r in zip(prompts, rows)], 6)
-    assert texts == lm.generate(prompts, max_new_tokens=6, stop=["\n"])
-    assert logps == pytest.approx([s[0].logprob for s in lm.score(prompts, [[r.answer] for r in rows])], abs=1e-5)
+    items = [(r, "0", tuple(range(4))) for r in rows]
+    got = answer_batch(lm, items)
+    prompts = [docs.render(r, order) for r, _, order in items]
+    alone = [lm.score([p], [[r.answer]])[0][0].logprob for p, r in zip(prompts, rows)]
+    assert [lp for _, lp, _, _ in got] == alone
+    longest = max(len(lm.response_ids(p, r.answer)) for p, r in zip(prompts, rows))
+    texts = lm.generate(prompts, max_new_tokens=longest + 8, stop=["\n"])
+    assert [t for t, _, _, _ in got] == [t.strip() for t in texts]
 
 
 def test_context_counts_positions_and_refuses_above_it():
