@@ -70,7 +70,7 @@ def readout_scores(raw: dict, readout: str) -> list[float]:
     return [y - n for y, n in raw["yes_no"]]
 
 
-def run_judge(name: str, pairs: list[dict], out: Path, score: bool = True) -> dict[str, dict]:
+def run_judge(name: str, pairs: list[dict], out: Path, score: bool = True, model: str | None = None) -> dict[str, dict]:
     path = out / f"{name}.jsonl"
     done = {}
     if path.exists():
@@ -81,7 +81,7 @@ def run_judge(name: str, pairs: list[dict], out: Path, score: bool = True) -> di
     todo = [p for p in pairs if p["id"] not in done]
     if todo and score:
         variant, adapter, orders = JUDGES[name]
-        lm = SetLLM.from_pretrained(adapter=adapter, variant=variant, kind="judge")
+        lm = SetLLM.from_pretrained(model, adapter=adapter, variant=variant, kind="judge")
         print(f"{name}: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
         with path.open("a", encoding="utf-8") as f:
             for p in tqdm(todo, desc=name, file=sys.stderr):
@@ -148,18 +148,19 @@ def main() -> None:
     p.add_argument("--subset-seed", type=int)
     p.add_argument("--judges", default="set,causal,set-judge")
     p.add_argument("--json", help="write the table as JSON here too")
+    p.add_argument("--model", help="a --model name (default: the embedded SmolLM2); give each model its own --out")
     p.add_argument("--report-only", action="store_true", help="score nothing: report the pairs every judge has scored so far")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pairs = load_pairs(args.data, args.limit, args.subset_seed)
-    raws = {name: run_judge(name, pairs, out, not args.report_only) for name in args.judges.split(",")}
+    raws = {name: run_judge(name, pairs, out, not args.report_only, args.model) for name in args.judges.split(",")}
     pairs = [p for p in pairs if all(p["id"] in raw for raw in raws.values())]
     rows = table(pairs, raws)
     import torch
 
     print(f"# judge readouts ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
-          f"{len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed})\n")
+          f"model {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed})\n")
     print("| judge, readout | accuracy | ± se | swapped | both agree | consistency | first slot | better is longer | better is shorter |")
     print("|---|---|---|---|---|---|---|---|---|")
     pct = lambda r, k: f"{100 * r[k]:.1f}" if k in r else ""  # noqa: E731
