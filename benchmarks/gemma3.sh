@@ -7,6 +7,10 @@
 #   benchmarks/gemma3.sh docs    documents past the 512-token window: kv retrieval, 12 and 32 UUID
 #                                pairs (~850 and ~2,300 tokens), 20 rows, gold first / middle / last
 #   benchmarks/gemma3.sh ratios  benchmarks/bench_family.py: Set-LLM/base time and peak memory
+#   benchmarks/gemma3.sh train   Table A's finetuned rows at SmolLM2's budget (benchmarks/reproduce.sh:
+#                                800 train examples, LoRA r 8 alpha 1, lr 1e-3, 100 steps of 8, max
+#                                length 256, seed 42), PIQA then SIQA, causal-pe and setmask-setpe,
+#                                each evaluated as the pretrained rows are (100 questions, seeds 0, 1)
 #
 # Repository root, venv active, ../shared/data present. Resumable: a finished run is skipped.
 set -euo pipefail
@@ -37,12 +41,34 @@ docs() {
   done
 }
 
+train() {
+  for ds in piqa social_iqa; do
+    data=$RUNS/data/$ds-modified-train.jsonl
+    [ -s "$data" ] || setllm export data --dataset $ds --template modified --data-dir "$DATA" --split train --limit 800 \
+      --subset-seed 42 --out "$data"
+    for v in causal-pe setmask-setpe; do
+      ad=$RUNS/adapters/$ds-$v
+      if [ ! -f "$ad/adapter_model.safetensors" ]; then
+        resume=(); compgen -G "$ad/checkpoint-*" >/dev/null && resume=(--resume)
+        setllm train --model gemma3-270m --data "$data" --data-dir "$DATA" --variant $v --lr 1e-3 --epochs 1 --batch-size 8 \
+          --max-length 256 --seed 42 --sample-seed 42 --out "$ad" --no-progress "${resume[@]}"
+      fi
+      for seed in 0 1; do
+        out=$RUNS/tableA/$ds-s$seed-$v-finetuned
+        [ -f "$out/summary.json" ] && continue
+        setllm eval --dataset $ds --data-dir "$DATA" --limit 100 --subset-seed $seed --model gemma3-270m --adapter "$ad" \
+          --variant $v --out "$out" --no_progress | tee "$out.log"
+      done
+    done
+  done
+}
+
 ratios() {
   python benchmarks/bench_family.py --model gemma3-270m --n 40
 }
 
 case "${1:-}" in
-  table|docs|ratios) "$1" ;;
-  all) table; docs; ratios ;;
-  *) echo "usage: $0 table|docs|ratios|all" >&2; exit 2 ;;
+  table|docs|ratios|train) "$1" ;;
+  all) table; docs; ratios; train ;;
+  *) echo "usage: $0 table|docs|ratios|train|all" >&2; exit 2 ;;
 esac

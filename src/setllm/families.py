@@ -45,7 +45,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in [
     Family("gpt2", notes="absolute position embeddings (n_positions), Conv1D linear layers"),
 ]}
 
-# Architectures tested end to end (tests/test_architectures.py and the family tests).
+# Architectures tested end to end (tests/core/test_invariance.py, test_equivalence.py, test_windows.py).
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
 

@@ -39,3 +39,14 @@ def test_lengths_past_the_context_are_refused():
     assert runtime.sliding_window(llama.config) is None
     with pytest.raises(InputError, match="sequence of 10 tokens at positions up to 39 is longer than the model's context \\(32 tokens\\)"):
         runtime.check_length(llama.config, 10, 40)
+
+
+def test_every_family_setllm_calls_verified_is_in_the_tested_architectures():
+    from tiny import ARCHS
+
+    from setllm import families
+
+    assert set(families.SUPPORTED_MODEL_TYPES) == set(ARCHS)
+    assert families.default_attention("gemma2", "sdpa") == "eager"  # soft-capping: no sdpa
+    assert families.default_attention("gemma2", "flex_attention") == "flex_attention"  # a choice is kept
+    assert families.default_attention("llama", "sdpa") == "sdpa" and families.default_attention("bert", "sdpa") == "sdpa"
