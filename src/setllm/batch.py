@@ -54,7 +54,7 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
     pos, start = prompt.positions(scheme)
     n_p, n_r = len(prompt), len(response)
     # The response continues after the prompt; under NoPE every position is 0.
-    resp_pos = [0] * n_r if scheme == "nope" else list(range(start, start + n_r))
+    resp_pos = (start + response_steps(scheme, n_r)).tolist()
     next_pos = start if scheme == "nope" else start + n_r
     fields = (
         prompt.input_ids + list(response),
@@ -65,6 +65,12 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
         prompt.element_ids + [NOT_IN_SET] * n_r,
     )
     return fields, next_pos
+
+
+def response_steps(scheme: PositionKind, n: int) -> torch.Tensor:
+    """Offsets of ``n`` response tokens from the position after the prompt: 0, 1, ... (all
+    0 under NoPE)."""
+    return torch.zeros(n, dtype=torch.long) if scheme == "nope" else torch.arange(n)
 
 
 def continuation_layout(valid: torch.Tensor, positions: torch.Tensor) -> TokenLayout:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from . import segments
-from .batch import Batch, collate, continuation_layout
+from .batch import Batch, collate, continuation_layout, response_steps
 from .encoding import EncodedPrompt
 from .errors import InputError
 from .masks import render_bool, variant_mask
@@ -159,9 +159,8 @@ class _Prompts:
         after it), with its masks read off the prompt's own layout."""
         layout, q_len = self.batches[i].layout, None
         if response is not None:
-            nxt = int(self.batches[i].next_positions[0])
-            step = torch.zeros(len(response), dtype=torch.long) if self.variant.positions == "nope" else torch.arange(len(response))
-            q_len, layout = len(response), layout.cat(continuation_layout(response[None], nxt + step[None]))
+            positions = self.batches[i].next_positions[0] + response_steps(self.variant.positions, len(response))
+            q_len, layout = len(response), layout.cat(continuation_layout(response[None], positions[None]))
         n = layout.shape[1]
         q_len = q_len or n
 
@@ -211,7 +210,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
         n, length = len(o), _round_up(len(o), OPTION_BUCKET)
         nxt = int(packed.batches[i].next_positions[0])
         ids += o
-        pos += [0] * n if packed.variant.positions == "nope" else list(range(nxt, nxt + n))
+        pos += (nxt + response_steps(packed.variant.positions, n)).tolist()
         own = list(range(start, start + n)) + [segments.PAD] * (length - n)
         keys = packed.keys(i) + [packed.total + j if j != segments.PAD else j for j in own]
         segs.append(packed.segment(i, own, keys, torch.arange(length) < n))
@@ -307,8 +306,7 @@ def _row_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, r
 def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
     """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
     causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
-    step = torch.arange(ids.shape[1]) if variant.positions != "nope" else torch.zeros(ids.shape[1], dtype=torch.long)
-    positions = batch.next_positions[rows][:, None] + step
+    positions = batch.next_positions[rows][:, None] + response_steps(variant.positions, ids.shape[1])
     layout = batch.layout.index_select(rows).cat(continuation_layout(valid, positions))
     return forward(model, variant, ids, positions, layout, cache=cache)
 
