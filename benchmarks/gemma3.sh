@@ -5,7 +5,8 @@
 #   benchmarks/gemma3.sh table   Table A's pretrained rows: PIQA and SIQA validation, 100 questions,
 #                                subset seeds 0 and 1, causal-pe (every ordering) vs setmask-setpe
 #   benchmarks/gemma3.sh docs    documents past the 512-token window: kv retrieval, 12 and 32 UUID
-#                                pairs (~850 and ~2,300 tokens), 20 rows, gold first / middle / last
+#                                pairs (~850 and ~2,300 tokens), 20 rows, gold first / middle / last;
+#                                56 pairs (~4k tokens), 5 rows, invariance verified
 #   benchmarks/gemma3.sh ratios  benchmarks/bench_family.py: Set-LLM/base time and peak memory
 #   benchmarks/gemma3.sh train   Table A's finetuned rows at SmolLM2's budget (benchmarks/reproduce.sh:
 #                                800 train examples, LoRA r 8 alpha 1, lr 1e-3, 100 steps of 8, max
@@ -32,6 +33,7 @@ docs() {
   mkdir -p "$RUNS/docs"
   [ -s "$RUNS/docs/kv12.jsonl" ] || setllm data kv-retrieval --pairs 12 --n 20 --seed 2103 --out "$RUNS/docs/kv12.jsonl"
   [ -s "$RUNS/docs/kv32.jsonl" ] || setllm data kv-retrieval --pairs 32 --n 20 --seed 2101 --out "$RUNS/docs/kv32.jsonl"
+  [ -s "$RUNS/docs/kv56.jsonl" ] || setllm data kv-retrieval --pairs 56 --n 5 --seed 2104 --out "$RUNS/docs/kv56.jsonl"
   for spec in kv12:6:setmask-setpe kv12:6:causal-pe kv32:16:setmask-setpe; do
     IFS=: read -r data mid v <<< "$spec"
     out=$RUNS/docs/eval-$data-$v
@@ -39,6 +41,10 @@ docs() {
     setllm eval --dataset documents --data-file "$RUNS/docs/$data.jsonl" --model gemma3-270m --variant $v \
       --gold-positions 0,$mid,-1 --out "$out" --no_progress | tee "$out.log"
   done
+  out=$RUNS/docs/eval-kv56-setmask-setpe  # ~4k tokens, the invariance verified over the gold positions
+  [ -f "$out/summary.json" ] || /usr/bin/time -v setllm eval --dataset documents --data-file "$RUNS/docs/kv56.jsonl" \
+    --model gemma3-270m --variant setmask-setpe --gold-positions 0,28,-1 --verify-invariance --max-orderings 2 \
+    --out "$out" --no_progress 2>&1 | tee "$out.log"
 }
 
 train() {
