@@ -14,8 +14,11 @@ code that acts on it reads it from here.
   The window is applied by setllm's masks, counted in positions
   (:func:`setllm.masks.window_mask`), per layer type (:func:`setllm.runtime.layer_windows`).
 - Gemma 3: a 262k-token vocabulary. Logits are computed only for the rows that are read
-  (``logits_to_keep``), the head in blocks of ``HEAD_ROWS`` (:mod:`setllm.scoring`), so the
-  set path holds no more logits than the base model's.
+  (``logits_to_keep``), so the set path holds no more logits than the base model's; option
+  rows go through a vocabulary that wide in blocks of ``WIDE_HEAD_ROWS``
+  (:mod:`setllm.scoring`), which reads the 670 MB head a quarter as often.
+- GPT-2: absolute position embeddings (``n_positions``) and Conv1D linear layers, which
+  :func:`setllm.runtime.fixed_row_linears` blocks like ``nn.Linear``.
 """
 
 from __future__ import annotations
@@ -25,24 +28,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
-    """One verified ``model_type``: the attention implementation it loads with by default
-    and what it needs (see the module docstring)."""
+    """One verified ``model_type`` and the attention implementation it loads with by default
+    (what else it needs: the module docstring)."""
 
     model_type: str
     attention: str = "sdpa"
-    notes: str = ""
 
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in [
-    Family("llama"),
-    Family("gemma", notes="<bos> first; embeddings scaled inside the model"),
-    Family("gemma2", attention="eager", notes="soft-capped attention logits (no sdpa); sliding window in every other layer"),
-    Family("gemma3_text", notes="<bos> first; sliding layers (5 of 6) with a mask of their own; 262k vocabulary"),
-    Family("qwen2", notes="sliding layers only with use_sliding_window"),
-    Family("qwen3", notes="sliding layers only with use_sliding_window"),
-    Family("mistral", notes="a sliding window in every layer when sliding_window is set"),
-    Family("phi3", notes="a sliding window in every layer when sliding_window is set"),
-    Family("gpt2", notes="absolute position embeddings (n_positions), Conv1D linear layers"),
+    Family("llama"), Family("gemma"), Family("gemma2", attention="eager"), Family("gemma3_text"),
+    Family("qwen2"), Family("qwen3"), Family("mistral"), Family("phi3"), Family("gpt2"),
 ]}
 
 # Architectures tested end to end (tests/core/test_invariance.py, test_equivalence.py, test_windows.py).

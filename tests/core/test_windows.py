@@ -8,6 +8,7 @@ order invariance when the window cuts into a set.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -53,15 +54,13 @@ def test_causal_pe_past_the_window_is_the_model_itself(arch):
     torch.testing.assert_close(ours, native, rtol=1e-4, atol=1e-4)
     # And the window matters: without it the logits past the window differ.
     with torch.no_grad():
-        full = runtime.forward(model, variants.get_variant("causal-pe"), batch.input_ids, batch.position_ids, _no_window(batch.layout, model)).logits
+        full = runtime.forward(model, variants.get_variant("causal-pe"), batch.input_ids, batch.position_ids, _no_window(batch.layout)).logits
     assert not torch.allclose(full[0, WINDOW + 1 :], native[0, WINDOW + 1 :], atol=1e-4)
 
 
-def _no_window(layout, model):
+def _no_window(layout):
     """``layout`` with every position 0: a window in positions then cuts nothing."""
-    from setllm.masks import TokenLayout
-
-    return TokenLayout(layout.valid, layout.is_prompt, layout.set_ids, layout.element_ids, torch.zeros_like(layout.positions))
+    return dataclasses.replace(layout, positions=torch.zeros_like(layout.positions))
 
 
 LONG_OPTIONS = ["a red apple from the tree", "a dog that barks at night", "a fox", "the city of Paris in France"]
@@ -107,13 +106,11 @@ def test_a_window_in_token_indices_would_not_be_invariant():
     lm = SetLLM(model_of("gemma3_text"), tiny_tokenizer(), "setmask-setpe", exact=False)
     by_index, by_position = [], []
     for order in itertools.permutations(LONG_OPTIONS[:3]):
-        prompt, options = long_request(lm, order)
+        prompt, _ = long_request(lm, order)
         enc = lm.encode(prompt)
         batch = collate([enc], "setpe", lm.pad_id)
         layout = batch.layout
-        from setllm.masks import TokenLayout
-
-        indices = TokenLayout(layout.valid, layout.is_prompt, layout.set_ids, layout.element_ids, torch.arange(layout.shape[1])[None])
+        indices = dataclasses.replace(layout, positions=torch.arange(layout.shape[1])[None])
         by_index.append(runtime.forward(lm.model, lm.variant, batch.input_ids, batch.position_ids, indices).logits[0, -1])
         by_position.append(runtime.forward(lm.model, lm.variant, batch.input_ids, batch.position_ids, layout).logits[0, -1])
     assert any(not torch.allclose(by_index[0], other, atol=1e-3) for other in by_index[1:])
