@@ -12,6 +12,10 @@
 #                                800 train examples, LoRA r 8 alpha 1, lr 1e-3, 100 steps of 8, max
 #                                length 256, seed 42), PIQA then SIQA, causal-pe and setmask-setpe,
 #                                each evaluated as the pretrained rows are (100 questions, seeds 0, 1)
+#   benchmarks/gemma3.sh judge   the judge table at SmolLM2's budget (benchmarks/judge_adapter.sh table):
+#                                judge adapters trained on the UltraFeedback train pairs that fit 320
+#                                tokens, causal-pe and setmask-setpe, each read untrained and trained on
+#                                the 118 test pairs that fit 448 tokens
 #
 # Repository root, venv active, ../shared/data present. Resumable: a finished run is skipped.
 set -euo pipefail
@@ -69,12 +73,16 @@ train() {
   done
 }
 
+judge() {
+  MODEL=gemma3-270m RUNS=$RUNS/judge benchmarks/judge_adapter.sh table
+}
+
 ratios() {
   python benchmarks/bench_family.py --model gemma3-270m --n 40
 }
 
 case "${1:-}" in
-  table|docs|ratios|train) "$1" ;;
-  all) table; docs; ratios; train ;;
-  *) echo "usage: $0 table|docs|ratios|train|all" >&2; exit 2 ;;
+  table|docs|ratios|train|judge) "$1" ;;
+  all) table; docs; ratios; train; judge ;;
+  *) echo "usage: $0 table|docs|ratios|train|judge|all" >&2; exit 2 ;;
 esac

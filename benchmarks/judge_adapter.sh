@@ -5,6 +5,11 @@
 #   benchmarks/judge_adapter.sh build VARIANT         train a judge adapter (setmask-setpe or causal-pe)
 #   benchmarks/judge_adapter.sh evaluate NAME ADAPTER VARIANT
 #   benchmarks/judge_adapter.sh all                   every step above, then the five table rows
+#   benchmarks/judge_adapter.sh table                 the four rows any model has (no shipped adapter)
+#
+# MODEL=NAME reads with another --model (e.g. gemma3-270m; give it its own RUNS); the evaluation
+# pairs stay the ones chosen with the embedded model's tokenizer (PAIRS), so every model reads
+# the same pairs.
 #
 # CPU budget: both variants train on the same examples, the UltraFeedback train pairs whose
 # judge prompt + chosen response fit 320 tokens (the rest, and rows with an empty response,
@@ -16,7 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data}
 RUNS=${RUNS:-runs/judge}
-PAIRS=$RUNS/data/ultrafeedback-test-448.jsonl
+PAIRS=${PAIRS:-runs/judge/data/ultrafeedback-test-448.jsonl}
+model=(${MODEL:+--model "$MODEL"})
 run() { printf '+ %s\n' "$*" >&2; ${LOCK:+flock "$LOCK"} "$@"; }
 
 pairs() {
@@ -27,17 +33,17 @@ build() {  # build VARIANT
   local out=$RUNS/adapters/$1
   [ -f "$out/adapter_model.safetensors" ] && return 0
   local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-  run setllm train --data ultrafeedback-judge --data-dir "$DATA" --variant "$1" --max-length 320 --overlong skip --skip-bad \
+  run setllm train "${model[@]}" --data ultrafeedback-judge --data-dir "$DATA" --variant "$1" --max-length 320 --overlong skip --skip-bad \
     --lr 3e-3 --batch-size 8 --epochs 1 --seed 42 --sample-seed 42 --logging-steps 5 --save-steps 20 --out "$out" "${resume[@]}"
 }
 
 evaluate() {  # evaluate NAME ADAPTER VARIANT
   pairs
-  run setllm eval --dataset judge --data-file "$PAIRS" --adapter "$2" --variant "$3" --label "$1" --seed 0 \
+  run setllm eval "${model[@]}" --dataset judge --data-file "$PAIRS" --adapter "$2" --variant "$3" --label "$1" --seed 0 \
     --out "$RUNS/eval/$1"
 }
 
-all() {
+table() {
   pairs
   build setmask-setpe
   build causal-pe
@@ -45,10 +51,14 @@ all() {
   evaluate causal-trained "$RUNS/adapters/causal-pe" causal-pe
   evaluate setmask-untrained none setmask-setpe
   evaluate setmask-trained "$RUNS/adapters/setmask-setpe" setmask-setpe
+}
+
+all() {
+  table
   evaluate setmask-default-adapter src/setllm/adapters/smollm2-135m-setllm setmask-setpe
 }
 
 case "${1:-}" in
-  pairs|build|evaluate|all) "$@" ;;
-  *) echo "usage: $0 [pairs|build VARIANT|evaluate NAME ADAPTER VARIANT|all]" >&2; exit 2 ;;
+  pairs|build|evaluate|table|all) "$@" ;;
+  *) echo "usage: $0 [pairs|build VARIANT|evaluate NAME ADAPTER VARIANT|table|all]" >&2; exit 2 ;;
 esac

