@@ -3,17 +3,74 @@
 The paper's "Ultra" models are first instruction-tuned on it. Local rows (``../shared/data``)
 are ``{"instruction", "response", "rejected"}``; the hub's binarized set has ``prompt`` and
 ``chosen`` (a chat list). The prompt is ``Question: <instruction>\\nAnswer:``: the cue the
-benchmark template ends with, so both stages teach one prompt/answer format; it holds no set
-but is still read bidirectionally under the Set-LLM mask.
+benchmark template ends with, so both stages teach one prompt/answer format.
+
+Sets in an instruction (:func:`instruction_segments`): a list whose order carries no meaning
+becomes a set, one element per item (its marker and newline included, so the elements read in
+the given order are the original text). A list is two or more consecutive lines that start
+with the same kind of marker:
+
+- bullets (``-``, ``*``, ``•``) and letter labels (``A)``, ``(b)``, ``C.``): options,
+  alternatives, facts: a set;
+- numbers (``1.``, ``2)``): steps and ranks are ordered, so they stay text, unless the line
+  before says ``Options:``/``Choices:`` (then they are labels of options);
+- a list stays text when the response refers to its items by place ("the first option",
+  "the second sentence", "the last one"): reading it as a set would hide what that means.
+
+Everything else stays text. Under the order-sensitive variants a set is read in the given
+order, so the causal baseline trains on the same text.
 """
 
 from __future__ import annotations
 
+import re
+
 from ..data import DataError
-from ..prompt import SetPrompt, template_prompt
+from ..prompt import Segment, Set, SetPrompt, template_prompt
 
 NAME = "ultrafeedback"
 HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
+
+
+_MARKERS = {  # kind -> an item line's start
+    "bullet": re.compile(r"[ \t]*[-*•][ \t]+\S"),
+    "letter": re.compile(r"[ \t]*(\([A-Ha-h]\)|[A-Ha-h][).])[ \t]*\S"),  # not "A:": dialogue turns are ordered
+    "number": re.compile(r"[ \t]*(\(\d{1,2}\)|\d{1,2}[).])[ \t]+\S"),
+}
+_CUE = re.compile(r"(?i)\b(options|choices|answer choices|candidates)\s*:?\s*$")
+_BY_PLACE = re.compile(r"(?i)\b(first|second|third|fourth|fifth|last|former|latter)\s+(one|option|choice|sentence|statement|item|answer)\b")
+
+
+def _kind(line: str) -> str | None:
+    return next((k for k, pattern in _MARKERS.items() if pattern.match(line)), None)
+
+
+def _lists(lines: list[str]) -> list[tuple[int, int]]:
+    """``(start, end)`` line ranges of the lists to read as sets (see the module docstring)."""
+    out, i = [], 0
+    while i < len(lines):
+        kind = _kind(lines[i])
+        j = i
+        while j < len(lines) and kind is not None and _kind(lines[j]) == kind:
+            j += 1
+        if j - i >= 2 and (kind != "number" or (i > 0 and _CUE.search(lines[i - 1].strip()))):
+            out.append((i, j))
+        i = max(j, i + 1)
+    return out
+
+
+def instruction_segments(instruction: str, response: str = "") -> list[Segment]:
+    """``instruction`` as text and sets: every unordered list in it a set (module docstring)."""
+    if _BY_PLACE.search(response):
+        return [instruction]
+    lines = instruction.splitlines(keepends=True)
+    segments: list[Segment] = []
+    at = 0
+    for start, end in _lists(lines):
+        segments += ["".join(lines[at:start]), Set(lines[start:end])]
+        at = end
+    segments.append("".join(lines[at:]))
+    return segments
 
 
 def instruction_pair(obj: object, where: str) -> tuple[SetPrompt, str]:
@@ -29,7 +86,10 @@ def instruction_pair(obj: object, where: str) -> tuple[SetPrompt, str]:
     if not isinstance(response, str) or not response.strip():
         raise DataError(f"{where}: missing or empty 'response' (the chosen answer)")
     # Strip: trailing spaces/newlines would tokenize differently on their own (see templates).
-    return template_prompt([f"Question: {instruction.strip()}\nAnswer:"]), response.strip()
+    instruction, response = instruction.strip(), response.strip()
+    # The newline before "Answer:" goes with the instruction: a list at its end then has
+    # every item ending alike.
+    return template_prompt(["Question: ", *instruction_segments(instruction + "\n", response), "Answer:"]), response
 
 
 def hub_rows() -> list[dict]:
