@@ -2,8 +2,10 @@
 (:mod:`setllm.tasks.documents`).
 
 ``setllm data kv-retrieval --pairs 20 --n 500 --seed 1 --out kv.jsonl``: Liu et al.'s
-key-value retrieval. ``setllm data qa-lookup --data-dir ../shared/data --source
-commonsense_qa --docs 10 --out qa.jsonl``: natural-language statements from a benchmark.
+key-value retrieval. ``setllm data kv-phrased --phrasings held-out --docs 8 --out kv.jsonl``:
+key-value facts in many phrasings (train ones, or held-out ones no training mix holds).
+``setllm data qa-lookup --data-dir ../shared/data --source commonsense_qa --docs 10 --out
+qa.jsonl``: natural-language statements from a benchmark.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .common import add_command, config_from_args
 
 def add_parser(sub, name: str = "data"):
     from ..tasks.documents import KVRetrievalConfig, QALookupConfig
+    from ..tasks.phrasings import KVPhrasedConfig
 
     p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
                        description=__doc__.split("\n\n")[1].replace("\n", " "))
@@ -26,6 +29,10 @@ def add_parser(sub, name: str = "data"):
                      description="Liu et al. (2023)'s synthetic key-value retrieval: each row's documents are K pairs "
                                  '"key": "value" of random hex strings, the question names one key, the answer is its value.')
     kv.set_defaults(func=cmd_kv)
+    ph = add_command(gens, "kv-phrased", [KVPhrasedConfig], help="key-value facts in many phrasings (train or held-out ones)",
+                     description="Key-value facts as documents, each row in one phrasing (e.g. 'The code for X is Y.'), "
+                                 "keys and values of several kinds; --phrasings held-out draws from phrasings no training mix holds.")
+    ph.set_defaults(func=cmd_phrased)
     qa = add_command(gens, "qa-lookup", [QALookupConfig], help="a benchmark's questions and answers as statements; ask one",
                      description="Natural-language documents: each labelled question of a benchmark, with its answer, as a "
                                  "statement among K-1 statements of other questions; the question is asked again.")
@@ -38,6 +45,13 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
     c = config_from_args(KVRetrievalConfig, args)
     return _write(kv_retrieval(c.pairs, c.n, c.seed, c.key_length, c.value_length), c.out)
+
+
+def cmd_phrased(args: argparse.Namespace) -> int:
+    from ..tasks.phrasings import KVPhrasedConfig, kv_phrased
+
+    c = config_from_args(KVPhrasedConfig, args)
+    return _write(kv_phrased(c.phrasings, c.docs, c.n, c.seed), c.out)
 
 
 def cmd_qa(args: argparse.Namespace) -> int:

@@ -1,0 +1,123 @@
+"""Key-value documents in many phrasings: one seeded generator, two disjoint template lists.
+
+Documents rows (:mod:`setllm.tasks.documents`) whose documents state facts "key -> value" in
+one of several phrasings, the question asking one key's value in the matching phrasing. Keys
+and values come in several kinds (UUIDs, two-word names, codes; 3-digit numbers, words, hex).
+:data:`TRAIN` phrasings are for training mixes; :data:`HELD_OUT` phrasings are written apart
+and appear in no training mix, so a measurement on them says whether an adapter learned to
+read documents or learned one phrasing. No held-out document template shares a content word
+(longer than three letters) with a training phrasing (tested). Values are drawn distinct within
+a row, but a short value can occur inside another document's key (a 3-digit number inside a
+UUID): the answer is the asked key's value, not any text that contains it.
+
+``setllm data kv-phrased --phrasings train|held-out --docs 8 --n 300 --seed 1 --out F.jsonl``.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..data import DataError
+
+
+@dataclass(frozen=True)
+class Phrasing:
+    name: str
+    document: str  # "{key}" and "{value}"
+    question: str  # "{key}"
+
+
+TRAIN: tuple[Phrasing, ...] = (
+    Phrasing("json", '"{key}": "{value}"', 'What is the value of key "{key}"?'),
+    Phrasing("code-of", "The code for {key} is {value}.", "What is the code for {key}?"),
+    Phrasing("arrow", "{key} -> {value}", "What does {key} map to?"),
+    Phrasing("record", "Record {key} stores {value}.", "What does record {key} store?"),
+    Phrasing("assigned", "{key} was assigned {value}.", "What was {key} assigned?"),
+    Phrasing("colon", "{key}: {value}", "Give the entry for {key}."),
+    Phrasing("password", "The password of {key} is {value}.", "What is the password of {key}?"),
+    Phrasing("label", "Item {key} carries the label {value}.", "Which label does item {key} carry?"),
+)
+
+HELD_OUT: tuple[Phrasing, ...] = (
+    Phrasing("locker", "Locker {key} contains {value}.", "What is inside locker {key}?"),
+    Phrasing("equals", "{key} = {value}", "{key} = ?"),
+    Phrasing("registry", "According to the registry, {key} corresponds to {value}.", "According to the registry, what does {key} correspond to?"),
+    Phrasing("ticket", "Ticket {key} belongs to seat {value}.", "Which seat does ticket {key} belong to?"),
+)
+
+PHRASINGS = {"train": TRAIN, "held-out": HELD_OUT}
+
+_ADJECTIVES = ("amber", "brisk", "calm", "dusty", "eager", "faint", "gentle", "hollow", "icy", "jolly", "keen", "lofty",
+               "misty", "noble", "olive", "proud", "quiet", "rusty", "silent", "tidy", "urban", "vivid", "wild", "young")
+_NOUNS = ("anchor", "badger", "candle", "dolphin", "ember", "falcon", "garden", "harbor", "island", "jacket", "kettle", "lantern",
+          "meadow", "needle", "orchard", "pepper", "quarry", "river", "saddle", "tower", "valley", "willow", "yarn", "zebra")
+_WORDS = ("apple", "bronze", "cobalt", "daisy", "eagle", "fjord", "granite", "hazel", "indigo", "juniper", "koala", "lemon",
+          "maple", "nutmeg", "opal", "plum", "quartz", "raven", "sage", "tulip", "umber", "violet", "walnut", "xenon")
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128)))
+
+
+KEY_KINDS: dict[str, Callable[[random.Random], str]] = {
+    "uuid": _uuid,
+    "words": lambda rng: f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}",
+    "code": lambda rng: f"{rng.choice('ABCDEFGHJKLMNPRSTUVWXYZ')}{rng.choice('ABCDEFGHJKLMNPRSTUVWXYZ')}-{rng.randrange(1000, 10000)}",
+}
+VALUE_KINDS: dict[str, Callable[[random.Random], str]] = {
+    "uuid": _uuid,
+    "number": lambda rng: str(rng.randrange(100, 1000)),
+    "word": lambda rng: rng.choice(_WORDS),
+    "hex": lambda rng: format(rng.getrandbits(32), "08x"),
+}
+
+
+def _distinct(draw: Callable[[random.Random], str], rng: random.Random, k: int) -> list[str]:
+    out: list[str] = []
+    for _ in range(100 * k):  # small spaces (24 words) run out: say so instead of looping
+        if len(out) == k:
+            return out
+        if (x := draw(rng)) not in out:
+            out.append(x)
+    raise DataError(f"cannot draw {k} distinct values of this kind; use fewer --docs")
+
+
+def kv_phrased(phrasings: str = "train", docs: int = 8, n: int = 300, seed: int = 0) -> list[dict]:
+    """``n`` documents rows of ``docs`` facts each: per row, a phrasing of ``PHRASINGS[phrasings]``
+    and a key kind and a value kind drawn with ``random.Random(seed)``; keys and values
+    distinct within a row (one document answers), the asked key uniform over positions."""
+    if phrasings not in PHRASINGS:
+        raise DataError(f"unknown phrasings {phrasings!r}; choose one of: {', '.join(PHRASINGS)}")
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        ph = rng.choice(PHRASINGS[phrasings])
+        key_kind, value_kind = rng.choice(sorted(KEY_KINDS)), rng.choice(sorted(VALUE_KINDS))
+        keys = _distinct(KEY_KINDS[key_kind], rng, docs)
+        values = _distinct(VALUE_KINDS[value_kind], rng, docs)
+        gold = rng.randrange(docs)
+        rows.append({"id": f"kvp-{phrasings}-k{docs}-s{seed}-{i}", "documents": [ph.document.format(key=k, value=v) for k, v in zip(keys, values)],
+                     "question": ph.question.format(key=keys[gold]), "answer": values[gold], "gold": gold,
+                     "phrasing": ph.name, "key_kind": key_kind, "value_kind": value_kind})
+    return rows
+
+
+@dataclass
+class KVPhrasedConfig:
+    """``setllm data kv-phrased``: key-value documents in many phrasings (train or held-out)."""
+
+    phrasings: str = field(default="train", metadata={"help": "which phrasings: train (for training mixes) or held-out (never trained on)",
+                                                        "choices": list(PHRASINGS)})
+    docs: int = field(default=8, metadata={"help": "documents (facts) per question", "metavar": "K"})
+    n: int = field(default=300, metadata={"help": "questions to generate", "metavar": "N"})
+    seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
+    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
+
+    def __post_init__(self) -> None:
+        if self.docs < 2 or self.n < 1:
+            raise DataError(f"--docs must be at least 2 and --n at least 1, got {self.docs} and {self.n}")
+        if not self.out:
+            raise DataError("no output file: pass --out FILE.jsonl")
