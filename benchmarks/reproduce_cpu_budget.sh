@@ -4,13 +4,14 @@
 # this script after a kill and finished adapters / evaluations are skipped or continued.
 #
 # Cuts against reproduce.sh, all for CPU time (its commands run the rest):
-#   - no Ultra stage, no original-template finetuned rows;
+#   - the Ultra stage only as part a-ultra (ULTRA_N UltraFeedback rows, PIQA and SIQA by default);
+#     no original-template finetuned rows;
 #   - CommonsenseQA: 6 seeded random orderings of the 120 (the paper: the first 24);
 #   - Table B: order-sensitive variants over 6 seeded random orderings of ARC's 24;
 #   - Table D: the Set-LLM side only (one run per question), 150 questions per cell.
 #
 # Usage: benchmarks/reproduce_cpu_budget.sh [PART ...]   (default: every part, in this order)
-#   PART: a-setmask a-causal a-pretrained a-verified b d
+#   PART: a-setmask a-causal a-pretrained a-verified b d a-ultra
 # LOCK=/path/to/lockfile runs every step under `flock` (a CPU shared with other jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,21 @@ done
 
 }
 
+# Table A's Ultra rows (issue 20): the Ultra stage for each variant (`reproduce.sh step ultra`:
+# ULTRA_N UltraFeedback train rows, their unordered lists as sets), then each benchmark of
+# ULTRA_DATASETS finetuned from it exactly as the pre-Ultra rows were (same data, seeds, steps).
+a_ultra() {
+local u_causal u_set
+u_causal=$($R step ultra causal-pe); u_set=$($R step ultra setmask-setpe)
+for ds in ${ULTRA_DATASETS:-piqa social_iqa}; do
+  extra=(); [ "$ds" = commonsense_qa ] || [ "$ds" = arc_challenge ] && extra=("${CSQA6[@]}")
+  $R step train "$A/$ds-causal-ultra" causal-pe "$(data "$ds")" "$u_causal"
+  $R step evaluate "$RUNS/eval/A/$ds/causal-ultra-finetuned" "$ds" "$A/$ds-causal-ultra" causal-pe modified "$ALL" "Causal Mask+PE Ultra" "${extra[@]}"
+  $R step train "$A/$ds-setmask-ultra" setmask-setpe "$(data "$ds")" "$u_set"
+  $R step evaluate "$RUNS/eval/A/$ds/setmask-ultra-finetuned" "$ds" "$A/$ds-setmask-ultra" setmask-setpe modified "$ALL" "SetMask+SetPE Ultra" "${extra[@]}"
+done
+}
+
 # Table B on ARC: the six variants finetuned identically; every variant over the same 6
 # seeded random orderings of the 24 (the dataset's order included) to fit the budget.
 b() {
@@ -85,7 +101,7 @@ done
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(a-setmask a-causal a-pretrained a-verified b d)
 for part in "${parts[@]}"; do
   case "$part" in
-    a-setmask|a-causal|a-pretrained|a-verified|b|d) "${part//-/_}" ;;
-    *) echo "unknown part $part; choose from: a-setmask a-causal a-pretrained a-verified b d" >&2; exit 2 ;;
+    a-setmask|a-causal|a-pretrained|a-verified|b|d|a-ultra) "${part//-/_}" ;;
+    *) echo "unknown part $part; choose from: a-setmask a-causal a-pretrained a-verified b d a-ultra" >&2; exit 2 ;;
   esac
 done
