@@ -2,7 +2,9 @@
 
 *modified* (the paper's Set-LLM template): the options sit in the prompt as a set, the
 response is the chosen option. *original*: the question alone, options scored as
-continuations (the classic lm-eval way, which needs no set at all).
+continuations (the classic lm-eval way, which needs no set at all). *held-out*: the options
+as a set again, in wording no training mix uses (:func:`held_out_prompt`), to measure whether
+an adapter learned to choose or learned one template.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ def mc_prompt(question: str, choices: Sequence[str], context: str | None = None)
     if context:
         head = f"Context: {context}\n{head}"
     return template_prompt([head, Set([f"{c}\n" for c in choices]), "Answer:"])
+
+
+def held_out_prompt(question: str, choices: Sequence[str], context: str | None = None) -> SetPrompt:
+    """``Q: ...\nPossible answers:\n{- c1\n, - c2\n, ...}The correct answer is:``, written apart
+    from :func:`mc_prompt` (no line or word of its frame in common) and never trained on."""
+    head = f"Q: {question}\nPossible answers:\n"
+    if context:
+        head = f"Background: {context}\n{head}"
+    return template_prompt([head, Set([f"- {c}\n" for c in choices]), "The correct answer is:"])
 
 
 def original_prompt(question: str, context: str | None = None) -> SetPrompt:

@@ -72,6 +72,18 @@ def test_invariant_variant_adversarial_equals_random(sharp, tok, tmp_path):
     assert only_single["invariance_runs"] == 6 * 23  # verification runs every ordering whatever the modes
 
 
+def test_held_out_template_is_a_set_template(sharp, tok, tmp_path):
+    """The held-out wording keeps the options a set: one run per question, verified invariant;
+    the causal model reads it order by order."""
+    s = evaluate(sharp, tok, "setmask-setpe", tmp_path / "set", dataset="social_iqa", template="held-out")
+    assert s["template"] == "held-out" and s["one_run_per_question"]
+    verified = evaluate(sharp, tok, "setmask-setpe", tmp_path / "verified", dataset="social_iqa", template="held-out", verify_invariance=True)
+    assert verified["invariance_flips"] == 0 and verified["invariance_runs"] == s["n"] * 5  # every other ordering of 3
+    assert verified["accuracy"] == s["accuracy"]
+    causal = evaluate(sharp, tok, "causal-pe", tmp_path / "causal", dataset="social_iqa", template="held-out")
+    assert not causal["one_run_per_question"] and causal["runs_per_question"]["random"] == 6.0
+
+
 def test_numbered_siqa_is_order_sensitive_even_for_set_llm(sharp, tok, tmp_path):
     s = evaluate(sharp, tok, "setmask-setpe", tmp_path, dataset="social_iqa", template="original")
     assert not s["one_run_per_question"] and s["runs_per_question"]["random"] == 6.0

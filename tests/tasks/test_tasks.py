@@ -71,6 +71,27 @@ def test_exact_renderings_pinned():
     assert TASKS["social_iqa"].modified.render(siqa, (0, 1, 2)).prompt.segments[-1] == "Answer:"
 
 
+def test_held_out_template_pinned_and_apart_from_the_trained_one():
+    from setllm.tasks.judge import TASK as JUDGE
+
+    siqa = first_record("social_iqa")
+    held = TASKS["social_iqa"].template("held-out").render(siqa, (2, 0, 1))
+    assert held.prompt.text() == ("Background: Remy went to the store after work.\nQ: Why did Remy do this?\nPossible answers:\n"
+                                  "- to swim\n- to buy milk\n- to sleep\nThe correct answer is:")
+    assert held.prompt.sets[0].elements == ("- to swim\n", "- to buy milk\n", "- to sleep\n")
+    assert held.options == ["to swim", "to buy milk", "to sleep"] and response_text(held.options[0]) == " to swim"
+    for name in ("arc_challenge", "piqa", "commonsense_qa", "social_iqa"):
+        record = first_record(name)
+        order = tuple(range(len(record.choices)))
+        trained = {line for line in TASKS[name].modified.render(record, order).prompt.text().splitlines()}
+        frame = TASKS[name].template("held-out").render(record, order).prompt.text()
+        for text in (record.question, record.context or "", *record.choices):
+            frame = frame.replace(text, "")
+        assert not {line for line in frame.splitlines() if line.strip(" -")} & trained  # no frame line in common
+    with pytest.raises(DataError, match="the held-out template is for multiple-choice tasks"):
+        JUDGE.template("held-out")
+
+
 def test_fixture_counts_and_default_splits():
     sizes = {name: len(load_records(t, data_dir=FIXTURES)[0]) for name, t in TASKS.items()}
     assert sizes == {"piqa": 6, "arc_challenge": 6, "commonsense_qa": 4, "social_iqa": 4}

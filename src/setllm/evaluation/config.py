@@ -27,7 +27,8 @@ class EvalConfig:
     data_file: str | None = field(default=None, metadata=_help(
         "your own JSONL of {question, choices, label, context?} (with --dataset: that benchmark's templates)", metavar="F"))
     template: str = field(default="modified", metadata=_help(
-        "'modified': options in the prompt as a set; 'original': the paper's original prompt", choices=list(TEMPLATES)))
+        "'modified': options in the prompt as a set; 'original': the paper's original prompt; "
+        "'held-out': options as a set in wording no training mix uses", choices=list(TEMPLATES)))
     modes: str = field(default="single,random,adversarial,majority", metadata=_help(
         "comma-separated modes: " + ", ".join(MODES), metavar="M[,M...]"))
     max_orderings: int | None = field(default=None, metadata=_help(

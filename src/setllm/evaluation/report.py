@@ -61,7 +61,7 @@ class Run:
     def order_sensitive(self) -> bool:
         """Its answers may depend on the option order (not an invariant variant reading a set)."""
         s = self.summary
-        return not (s["invariant"] and s["template"] == "modified") and not s["one_run_per_question"]
+        return not (s["invariant"] and s["template"] in SET_TEMPLATES) and not s["one_run_per_question"]
 
     @property
     def training(self) -> str:
@@ -93,6 +93,8 @@ class Run:
             out[row["id"]] = (pick, counts[pick])
         return out
 
+
+SET_TEMPLATES = ("modified", "held-out")  # the templates whose options are one set
 
 SUMMARY_KEYS = {"dataset": str, "split": str, "n": int, "variant": str, "template": str, "invariant": bool,
                 "one_run_per_question": bool, "accuracy": dict, "runtime_s": dict}
@@ -270,7 +272,7 @@ def vote_accuracy(run: Run, seed: int = 0) -> dict[int, tuple[int, int]]:
 def pairs(runs: list[Run]) -> list[tuple[Run, Run]]:
     """(order-sensitive majority-vote run, invariant run) on the same dataset and split."""
     base = [r for r in runs if "majority" in r.summary["accuracy"] and r.order_sensitive]
-    inv = [r for r in runs if r.summary["invariant"] and r.summary["template"] == "modified"]
+    inv = [r for r in runs if r.summary["invariant"] and r.summary["template"] in SET_TEMPLATES]
     return [(b, s) for b in base for s in inv if (b.summary["dataset"], b.summary["split"]) == (s.summary["dataset"], s.summary["split"])]
 
 

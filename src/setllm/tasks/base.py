@@ -9,6 +9,10 @@ The paper's two templates (Egressy & Stühmer 2025, Appendix D.3, Tables 7 and 9
 * ``modified``: the options in the prompt as one set; the response is the option's text
   (:func:`setllm.templates.mc_prompt`, the template the training data uses too).
 
+and one of ours, ``held-out``: the options as a set in other words
+(:func:`setllm.templates.held_out_prompt`), the same for every multiple-choice task and in no
+training mix: a measurement of what an adapter learned beyond its template.
+
 An ordering is a tuple of dataset option indices: the option shown at position ``p`` is
 option ``ordering[p]`` of the record.
 """
@@ -24,10 +28,10 @@ from pathlib import Path
 from ..data import DataError, MCRecord, iter_jsonl, parse_record, subset
 from ..errors import SetLLMWarning
 from ..prompt import SetPrompt
-from ..templates import mc_prompt, original_prompt
+from ..templates import held_out_prompt, mc_prompt, original_prompt
 
 Ordering = tuple[int, ...]
-TEMPLATES = ("original", "modified")
+TEMPLATES = ("original", "modified", "held-out")
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,10 @@ class MCTask:
     def template(self, name: str) -> Template:
         if name not in TEMPLATES:
             raise DataError(f"unknown template {name!r}; choose one of: {', '.join(TEMPLATES)}")
+        if name == "held-out":
+            if self.kind != "mc":
+                raise DataError(f"{self.name}: the held-out template is for multiple-choice tasks")
+            return HELD_OUT
         return getattr(self, name)
 
     def check(self, record: MCRecord, where: str) -> None:
@@ -126,8 +134,13 @@ def _as_set(record: MCRecord, order: Ordering) -> Rendered:
     return Rendered(mc_prompt(record.question, shown(record, order), record.context), shown(record, order))
 
 
+def _held_out(record: MCRecord, order: Ordering) -> Rendered:
+    return Rendered(held_out_prompt(record.question, shown(record, order), record.context), shown(record, order))
+
+
 CONTINUATION = Template(_continuations, shows_options=False, options_as_set=False)
 OPTION_SET = Template(_as_set, shows_options=True, options_as_set=True)
+HELD_OUT = Template(_held_out, shows_options=True, options_as_set=True)
 
 
 def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:
