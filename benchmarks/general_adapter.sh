@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One general Set-LLM adapter (issue 20): the paper's Ultra stage, one mixed stage on top, and
+# its measurement on formats no training mix holds, beside the untrained baselines.
+#
+#   benchmarks/general_adapter.sh data        the mixed stage's documents rows and the held-out evaluation files
+#   benchmarks/general_adapter.sh ultra       the Ultra stage: ULTRA_N UltraFeedback train rows (their unordered
+#                                             lists as sets, docs/training.md), setmask-setpe, LoRA r 8 alpha 1
+#   benchmarks/general_adapter.sh mixed       the mixed stage from the Ultra adapter (FROM=base: from the base model)
+#   benchmarks/general_adapter.sh eval NAME ADAPTER VARIANT
+#                                             every task on trained and held-out formats, subset seeds 0 and 1
+#   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
+#   benchmarks/general_adapter.sh all         everything above, in order
+#
+# Mixed stage data (training formats): 200 train questions of each benchmark (modified
+# template), key-value rows in the 8 training phrasings (`setllm data kv-phrased --phrasings
+# train`, 4 and 8 documents), CommonsenseQA lookups from its train split, and the UltraFeedback
+# judge pairs that fit MAX_LENGTH (the judge prompt, the better response as the answer).
+# Held-out formats (in no training mix): `--template held-out` for every benchmark; documents
+# in the 4 held-out phrasings (`--phrasings held-out`, 8 documents). Evaluation: N_EVAL
+# questions (documents: N_DOCS rows, gold first / middle / last) per subset seed 0 and 1; the
+# causal model over every ordering of PIQA and SIQA and 6 seeded ones of ARC and CSQA (its
+# "random" accuracy is the mean over orderings).
+# Repository root, venv active, ../shared/data present. Resumable: a finished step is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-../shared/data}
+RUNS=${RUNS:-runs/general}
+ULTRA_N=${ULTRA_N:-800}
+N_EVAL=${N_EVAL:-300}
+N_DOCS=${N_DOCS:-100}
+MAX_LENGTH=${MAX_LENGTH:-384}
+D=$RUNS/data
+MC=(piqa social_iqa arc_challenge commonsense_qa)
+run() { printf '+ %s\n' "$*" >&2; ${LOCK:+flock "$LOCK"} "$@"; }
+
+data() {
+  mkdir -p "$D"
+  [ -s "$D/kv4-train.jsonl" ] || run setllm data kv-phrased --phrasings train --docs 4 --n 200 --seed 11 --out "$D/kv4-train.jsonl"
+  [ -s "$D/kv8-train.jsonl" ] || run setllm data kv-phrased --phrasings train --docs 8 --n 200 --seed 12 --out "$D/kv8-train.jsonl"
+  [ -s "$D/qa-train.jsonl" ] || run setllm data qa-lookup --data-dir "$DATA" --source commonsense_qa --split train --docs 6 \
+    --n 150 --seed 13 --out "$D/qa-train.jsonl"
+  for seed in 0 1; do
+    [ -s "$D/kv8-held-out-s$seed.jsonl" ] || run setllm data kv-phrased --phrasings held-out --docs 8 --n "$N_DOCS" \
+      --seed $((1000 + seed)) --out "$D/kv8-held-out-s$seed.jsonl"
+  done
+}
+
+train() {  # train OUT SPECS [extra]
+  local out=$1 specs=$2; shift 2
+  [ -f "$out/adapter_model.safetensors" ] && return 0
+  local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+  run setllm train --data "$specs" --data-dir "$DATA" --variant setmask-setpe --lr 1e-3 --lora-r 8 --lora-alpha 1 \
+    --batch-size 8 --epochs 1 --max-length "$MAX_LENGTH" --overlong skip --skip-bad --seed 42 --sample-seed 42 \
+    --logging-steps 10 --save-steps 25 --out "$out" --no-progress "${resume[@]}" "$@"
+}
+
+ultra() { train "$RUNS/adapters/ultra" "ultrafeedback:$ULTRA_N"; }
+
+mixed() {
+  data
+  local init=() out=$RUNS/adapters/mixed
+  if [ "${FROM:-ultra}" = base ]; then out=$RUNS/adapters/mixed-no-ultra; else ultra; init=(--init-adapter "$RUNS/adapters/ultra"); fi
+  train "$out" "arc_challenge:200,piqa:200,commonsense_qa:200,social_iqa:200,$D/kv4-train.jsonl,$D/kv8-train.jsonl,$D/qa-train.jsonl,ultrafeedback-judge" \
+    "${init[@]}"
+}
+
+evaluate() {  # evaluate NAME ADAPTER VARIANT
+  local name=$1 adapter=$2 variant=$3
+  data
+  for seed in 0 1; do
+    for ds in "${MC[@]}"; do
+      local extra=()
+      [ "$variant" = causal-pe ] && { [ "$ds" = arc_challenge ] || [ "$ds" = commonsense_qa ]; } && extra=(--max-orderings 6 --ordering-choice random)
+      for template in modified held-out; do
+        local out=$RUNS/eval/$name/$ds-$template-s$seed
+        [ -f "$out/summary.json" ] && continue
+        run setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed "$seed" --template "$template" \
+          --adapter "$adapter" --variant "$variant" --seed 0 "${extra[@]}" --out "$out" --no_progress
+      done
+    done
+    local out=$RUNS/eval/$name/kv8-held-out-s$seed
+    [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-held-out-s$seed.jsonl" \
+      --adapter "$adapter" --variant "$variant" --gold-positions 0,4,-1 --out "$out" --no_progress
+  done
+}
+
+baselines() {
+  evaluate untrained-set none setmask-setpe
+  evaluate untrained-causal none causal-pe
+}
+
+case "${1:-}" in
+  data|ultra|mixed|baselines) "$1" ;;
+  eval) shift; evaluate "$@" ;;
+  all) data; ultra; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|all" >&2; exit 2 ;;
+esac
