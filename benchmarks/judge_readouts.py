@@ -12,7 +12,7 @@ verdict prompts repeat the whole set once per candidate and cost more than the r
 
 Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
        --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
-       [--readouts likelihood,mean,pmi] [--report-only]
+       [--readouts likelihood,mean,pmi] [--skip N] [--report-only]
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--limit", type=int)
     p.add_argument("--subset-seed", type=int)
+    p.add_argument("--skip", type=int, default=0, help="report without the first N pairs (e.g. those a readout was chosen on)")
     p.add_argument("--judges", default="set,causal,set-judge")
     p.add_argument("--readouts", default=",".join(NEEDS), help="the readouts to score and report (comma-separated)")
     p.add_argument("--json", help="write the table as JSON here too")
@@ -181,14 +182,14 @@ def main() -> None:
     if unknown:
         p.error(f"unknown readout(s) {', '.join(unknown)}; choose from {', '.join(NEEDS)}")
     parts = {part for n in names for part in NEEDS[n]}
-    pairs = load_pairs(args.data, args.limit, args.subset_seed)
+    pairs = load_pairs(args.data, args.limit, args.subset_seed)[args.skip :]
     raws = {name: run_judge(name, pairs, out, parts, not args.report_only, args.model) for name in args.judges.split(",")}
     pairs = [p for p in pairs if all(p["id"] in raw and has(raw[p["id"]], parts) for raw in raws.values())]
     rows = table(pairs, raws, names)
     import torch
 
     print(f"# judge readouts ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
-          f"model {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed})\n")
+          f"model {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed}, skip {args.skip})\n")
     print("| judge, readout | accuracy | ± se | swapped | both agree | consistency | first slot | better is longer | better is shorter |")
     print("|---|---|---|---|---|---|---|---|---|")
     pct = lambda r, k: f"{100 * r[k]:.1f}" if k in r else ""  # noqa: E731
