@@ -20,6 +20,7 @@ EXPECTED_SETS = {  # id -> the sets of its prompt, in order
     "hand-by-place": [],  # the response says "the second sentence"
     "hand-dialogue": [],  # "A:" / "B:" turns are ordered
     "hand-one-bullet": [],  # one item is not a list
+    "hand-blank-line": [],  # a blank line before it: alone, "\n\n" would tokenize otherwise than joined
 }
 
 

@@ -15,7 +15,9 @@ with the same kind of marker:
 - numbers (``1.``, ``2)``): steps and ranks are ordered, so they stay text, unless the line
   before says ``Options:``/``Choices:`` (then they are labels of options);
 - a list stays text when the response refers to its items by place ("the first option",
-  "the second sentence", "the last one"): reading it as a set would hide what that means.
+  "the second sentence", "the last one"): reading it as a set would hide what that means;
+- and when a blank line comes right before it: text ending in two newlines tokenizes
+  differently alone than joined (see :mod:`setllm.templates`).
 
 Everything else stays text. Under the order-sensitive variants a set is read in the given
 order, so the causal baseline trains on the same text.
@@ -67,7 +69,10 @@ def instruction_segments(instruction: str, response: str = "") -> list[Segment]:
     segments: list[Segment] = []
     at = 0
     for start, end in _lists(lines):
-        segments += ["".join(lines[at:start]), Set(lines[start:end])]
+        before = "".join(lines[at:start])
+        if before.endswith(("\n\n", " ")):  # tokenized alone that whitespace would differ from the joined text
+            continue
+        segments += [before, Set(lines[start:end])]
         at = end
     segments.append("".join(lines[at:]))
     return segments
