@@ -3,8 +3,9 @@
 # its measurement on formats no training mix holds, beside the untrained baselines.
 #
 #   benchmarks/general_adapter.sh data        the mixed stage's documents rows and the held-out evaluation files
-#   benchmarks/general_adapter.sh ultra       the Ultra stage: ULTRA_N UltraFeedback train rows (their unordered
-#                                             lists as sets, docs/training.md), setmask-setpe, LoRA r 8 alpha 1
+#   benchmarks/general_adapter.sh ultra       the Ultra stage of Table A (`reproduce.sh step ultra setmask-setpe`:
+#                                             ULTRA_N UltraFeedback train rows, their unordered lists as sets,
+#                                             LoRA r 8 alpha 1), shared with Table A's Ultra rows
 #   benchmarks/general_adapter.sh mixed       the mixed stage from the Ultra adapter (FROM=base: from the base model)
 #   benchmarks/general_adapter.sh eval NAME ADAPTER VARIANT
 #                                             every task on trained and held-out formats, subset seeds 0 and 1
@@ -25,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data}
 RUNS=${RUNS:-runs/general}
-ULTRA_N=${ULTRA_N:-800}
+export ULTRA_N=${ULTRA_N:-400}
 N_EVAL=${N_EVAL:-300}
 N_DOCS=${N_DOCS:-100}
 MAX_LENGTH=${MAX_LENGTH:-384}
@@ -54,12 +55,12 @@ train() {  # train OUT SPECS [extra]
     --logging-steps 10 --save-steps 25 --out "$out" --no-progress "${resume[@]}" "$@"
 }
 
-ultra() { train "$RUNS/adapters/ultra" "ultrafeedback:$ULTRA_N"; }
+ultra() { benchmarks/reproduce.sh step ultra setmask-setpe; }  # prints the adapter's path
 
 mixed() {
   data
   local init=() out=$RUNS/adapters/mixed
-  if [ "${FROM:-ultra}" = base ]; then out=$RUNS/adapters/mixed-no-ultra; else ultra; init=(--init-adapter "$RUNS/adapters/ultra"); fi
+  if [ "${FROM:-ultra}" = base ]; then out=$RUNS/adapters/mixed-no-ultra; else init=(--init-adapter "$(ultra)"); fi
   train "$out" "arc_challenge:200,piqa:200,commonsense_qa:200,social_iqa:200,$D/kv4-train.jsonl,$D/kv8-train.jsonl,$D/qa-train.jsonl,ultrafeedback-judge" \
     "${init[@]}"
 }
@@ -92,6 +93,6 @@ baselines() {
 case "${1:-}" in
   data|ultra|mixed|baselines) "$1" ;;
   eval) shift; evaluate "$@" ;;
-  all) data; ultra; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
+  all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
   *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|all" >&2; exit 2 ;;
 esac
