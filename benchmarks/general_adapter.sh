@@ -55,7 +55,7 @@ train() {  # train OUT SPECS [extra]
     --logging-steps 10 --save-steps 25 --out "$out" --no-progress "${resume[@]}" "$@"
 }
 
-ultra() { benchmarks/reproduce.sh step ultra setmask-setpe; }  # prints the adapter's path
+ultra() { RUNS=${REPRO_RUNS:-runs/repro} benchmarks/reproduce.sh step ultra setmask-setpe; }  # prints the adapter path (Table A runs)
 
 mixed() {
   data
