@@ -49,7 +49,7 @@ def test_rows_cover_every_phrasing_and_kind_and_are_valid(which, phrasings):
 def test_bad_requests_are_one_line():
     with pytest.raises(DataError, match="unknown phrasings 'mixed'; choose one of: train, held-out"):
         kv_phrased("mixed")
-    with pytest.raises(DataError, match="cannot draw 40 distinct values"):
+    with pytest.raises(DataError, match="cannot draw 40 distinct values of this kind; use fewer documents"):
         kv_phrased("train", docs=40, n=50)
 
 

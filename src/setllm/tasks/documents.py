@@ -203,16 +203,24 @@ def _hex(rng: random.Random, length: int) -> str:
     return format(rng.getrandbits(4 * length), f"0{length}x")
 
 
+def distinct(draw: Callable[[random.Random], str], rng: random.Random, k: int) -> list[str]:
+    """``k`` different draws, in the order drawn (repeats are drawn again)."""
+    out: list[str] = []
+    for _ in range(100 * k):  # a small space (24 words) runs out: say so instead of looping
+        if len(out) == k:
+            return out
+        if (x := draw(rng)) not in out:
+            out.append(x)
+    raise DataError(f"cannot draw {k} distinct values of this kind; use fewer documents")
+
+
 def kv_retrieval(pairs: int = 20, n: int = 500, seed: int = 0, key_length: int = 32, value_length: int = 32) -> list[dict]:
     """``n`` rows of ``pairs`` documents ``"key": "value"``; the question names one key (drawn
     uniformly, so the gold position is uniform too) and the answer is its value."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        keys: list[str] = []
-        while len(keys) < pairs:  # distinct keys: the question must have one answer
-            if (key := _hex(rng, key_length)) not in keys:
-                keys.append(key)
+        keys = distinct(lambda r: _hex(r, key_length), rng, pairs)  # the question must have one answer
         values = [_hex(rng, value_length) for _ in keys]
         gold = rng.randrange(pairs)
         rows.append({"id": f"kv{pairs}-s{seed}-{i}", "documents": [f'"{k}": "{v}"' for k, v in zip(keys, values)],

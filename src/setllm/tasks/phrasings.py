@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..data import DataError
+from .documents import distinct
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,6 @@ VALUE_KINDS: dict[str, Callable[[random.Random], str]] = {
 }
 
 
-def _distinct(draw: Callable[[random.Random], str], rng: random.Random, k: int) -> list[str]:
-    out: list[str] = []
-    for _ in range(100 * k):  # small spaces (24 words) run out: say so instead of looping
-        if len(out) == k:
-            return out
-        if (x := draw(rng)) not in out:
-            out.append(x)
-    raise DataError(f"cannot draw {k} distinct values of this kind; use fewer --docs")
-
-
 def kv_phrased(phrasings: str = "train", docs: int = 8, n: int = 300, seed: int = 0) -> list[dict]:
     """``n`` documents rows of ``docs`` facts each: per row, a phrasing of ``PHRASINGS[phrasings]``
     and a key kind and a value kind drawn with ``random.Random(seed)``; keys and values
@@ -96,8 +87,8 @@ def kv_phrased(phrasings: str = "train", docs: int = 8, n: int = 300, seed: int 
     for i in range(n):
         ph = rng.choice(PHRASINGS[phrasings])
         key_kind, value_kind = rng.choice(sorted(KEY_KINDS)), rng.choice(sorted(VALUE_KINDS))
-        keys = _distinct(KEY_KINDS[key_kind], rng, docs)
-        values = _distinct(VALUE_KINDS[value_kind], rng, docs)
+        keys = distinct(KEY_KINDS[key_kind], rng, docs)
+        values = distinct(VALUE_KINDS[value_kind], rng, docs)
         gold = rng.randrange(docs)
         rows.append({"id": f"kvp-{phrasings}-k{docs}-s{seed}-{i}", "documents": [ph.document.format(key=k, value=v) for k, v in zip(keys, values)],
                      "question": ph.question.format(key=keys[gold]), "answer": values[gold], "gold": gold,
