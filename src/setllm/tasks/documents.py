@@ -197,7 +197,8 @@ class KVRetrievalConfig:
             raise DataError("no output file: pass --out FILE.jsonl")
 
 
-def _hex(rng: random.Random, length: int) -> str:
+def random_hex(rng: random.Random, length: int) -> str:
+    """``length`` random hex digits; 32 of them written as a UUID (8-4-4-4-12)."""
     if length == 32:
         return str(uuid.UUID(int=rng.getrandbits(128)))
     return format(rng.getrandbits(4 * length), f"0{length}x")
@@ -220,8 +221,8 @@ def kv_retrieval(pairs: int = 20, n: int = 500, seed: int = 0, key_length: int =
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        keys = distinct(lambda r: _hex(r, key_length), rng, pairs)  # the question must have one answer
-        values = [_hex(rng, value_length) for _ in keys]
+        keys = distinct(lambda r: random_hex(r, key_length), rng, pairs)  # the question must have one answer
+        values = [random_hex(rng, value_length) for _ in keys]
         gold = rng.randrange(pairs)
         rows.append({"id": f"kv{pairs}-s{seed}-{i}", "documents": [f'"{k}": "{v}"' for k, v in zip(keys, values)],
                      "question": f'What is the value of key "{keys[gold]}"?', "answer": values[gold], "gold": gold})

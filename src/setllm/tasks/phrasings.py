@@ -16,12 +16,11 @@ UUID): the answer is the asked key's value, not any text that contains it.
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..data import DataError
-from .documents import distinct
+from .documents import distinct, random_hex
 
 
 @dataclass(frozen=True)
@@ -59,20 +58,16 @@ _WORDS = ("apple", "bronze", "cobalt", "daisy", "eagle", "fjord", "granite", "ha
           "maple", "nutmeg", "opal", "plum", "quartz", "raven", "sage", "tulip", "umber", "violet", "walnut", "xenon")
 
 
-def _uuid(rng: random.Random) -> str:
-    return str(uuid.UUID(int=rng.getrandbits(128)))
-
-
 KEY_KINDS: dict[str, Callable[[random.Random], str]] = {
-    "uuid": _uuid,
+    "uuid": lambda rng: random_hex(rng, 32),  # 32 digits: a UUID
     "words": lambda rng: f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}",
     "code": lambda rng: f"{rng.choice('ABCDEFGHJKLMNPRSTUVWXYZ')}{rng.choice('ABCDEFGHJKLMNPRSTUVWXYZ')}-{rng.randrange(1000, 10000)}",
 }
 VALUE_KINDS: dict[str, Callable[[random.Random], str]] = {
-    "uuid": _uuid,
+    "uuid": lambda rng: random_hex(rng, 32),
     "number": lambda rng: str(rng.randrange(100, 1000)),
     "word": lambda rng: rng.choice(_WORDS),
-    "hex": lambda rng: format(rng.getrandbits(32), "08x"),
+    "hex": lambda rng: random_hex(rng, 8),
 }
 
 
