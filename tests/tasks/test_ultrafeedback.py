@@ -40,5 +40,11 @@ def test_a_list_ending_the_instruction_ends_every_element_alike():
     assert prompt.segments[-1] == "Answer:"
 
 
+def test_a_list_opening_the_instruction_stays_text():
+    # The set would follow "Question: ", text ending in a space (tokenized otherwise alone).
+    prompt, _ = instruction_pair({"instruction": "- red\n- blue\nPick one.", "response": "red"}, "x")
+    assert prompt.sets == [] and prompt.text() == "Question: - red\n- blue\nPick one.\nAnswer:"
+
+
 def test_every_fixture_row_is_covered():
     assert set(ROWS) == set(EXPECTED_SETS)

@@ -16,8 +16,9 @@ with the same kind of marker:
   before says ``Options:``/``Choices:`` (then they are labels of options);
 - a list stays text when the response refers to its items by place ("the first option",
   "the second sentence", "the last one"): reading it as a set would hide what that means;
-- and when a blank line comes right before it: text ending in two newlines tokenizes
-  differently alone than joined (see :mod:`setllm.templates`).
+- and when no text line comes right before it (a blank line, or the instruction's start): the
+  text before the set would end in whitespace ("\\n\\n", or the space of ``Question: ``), which
+  tokenizes differently alone than joined (see :mod:`setllm.templates`).
 
 Everything else stays text. Under the order-sensitive variants a set is read in the given
 order, so the causal baseline trains on the same text.
@@ -55,7 +56,8 @@ def _lists(lines: list[str]) -> list[tuple[int, int]]:
         j = i
         while j < len(lines) and kind is not None and _kind(lines[j]) == kind:
             j += 1
-        if j - i >= 2 and (kind != "number" or (i > 0 and _CUE.search(lines[i - 1].strip()))):
+        before = lines[i - 1].strip() if i > 0 else ""
+        if j - i >= 2 and before and (kind != "number" or _CUE.search(before)):
             out.append((i, j))
         i = max(j, i + 1)
     return out
@@ -69,10 +71,7 @@ def instruction_segments(instruction: str, response: str = "") -> list[Segment]:
     segments: list[Segment] = []
     at = 0
     for start, end in _lists(lines):
-        before = "".join(lines[at:start])
-        if before.endswith(("\n\n", " ")):  # tokenized alone that whitespace would differ from the joined text
-            continue
-        segments += [before, Set(lines[start:end])]
+        segments += ["".join(lines[at:start]), Set(lines[start:end])]
         at = end
     segments.append("".join(lines[at:]))
     return segments
