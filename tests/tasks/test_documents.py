@@ -265,6 +265,7 @@ def test_data_eval_report(capsys, tmp_path, sharp_dir):
     assert list(s["accuracy_by_gold_position"]) == ["0", "2", "-1"] and not s["one_run_per_question"]
     assert s["gold_position_gap"] == max(s["accuracy_by_gold_position"].values()) - min(s["accuracy_by_gold_position"].values())
     assert set(s["accuracy"]) == {"single", "random", "adversarial", "majority"} and "by gold position" in out
+    assert "causal-pe: single" in out and "(modified)" not in out  # --template does not apply to documents rows
     assert s["max_logprob_diff"] > 1e-3  # the causal model's answer score moves with the gold document
     code, out, _ = _eval(capsys, sharp_dir, data, tmp_path / "set", "--variant", "setmask-setpe", "--gold-positions", "0,2,-1")
     s = json.loads((tmp_path / "set" / "summary.json").read_text())

@@ -88,7 +88,7 @@ def test_held_out_template_pinned_and_apart_from_the_trained_one():
         for text in (record.question, record.context or "", *record.choices):
             frame = frame.replace(text, "")
         assert not {line for line in frame.splitlines() if line.strip(" -")} & trained  # no frame line in common
-    with pytest.raises(DataError, match="the held-out template is for multiple-choice tasks"):
+    with pytest.raises(DataError, match="has no held-out template"):
         JUDGE.template("held-out")
 
 

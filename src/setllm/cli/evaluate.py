@@ -94,7 +94,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _result_line(s: dict) -> str:
     acc = ", ".join(f"{m} {v:.2f}%" for m, v in s["accuracy"].items())
     extra = f"; answer changes across orderings: {s['invariance_flips']}/{s['invariance_runs']}" if "invariance_flips" in s else ""
-    if "accuracy_by_gold_position" in s:
+    template = f" ({s['template']})"
+    if "accuracy_by_gold_position" in s:  # documents rows have no template: --template does not apply to them
+        template = ""
         by = ", ".join(f"{k}: {v:.2f}%" for k, v in s["accuracy_by_gold_position"].items())
         extra += f"; by gold position: {by}; gap {s['gold_position_gap']:.2f}" + (" (one run per row)" if s["one_run_per_question"] else "")
-    return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']} ({s['template']}): {acc}{extra}"
+    return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']}{template}: {acc}{extra}"

@@ -62,65 +62,6 @@ class Template:
     orderings: Callable[[int], list[Ordering]] | None = None  # fixed orderings to test (None: evaluation's choice)
 
 
-@dataclass(frozen=True)
-class HubSource:
-    """Where a task lives on the Hugging Face hub, and how one of its rows becomes a record
-    ``{"id"?, "question", "choices", "label", "context"?}``."""
-
-    path: str
-    config: str | None
-    normalise: Callable[[dict], dict]
-    split_names: dict[str, str] = field(default_factory=dict)  # ours -> the hub's, where they differ
-
-
-@dataclass(frozen=True)
-class MCTask:
-    """A multiple-choice task: its name, the paper's column title, templates, source.
-
-    Attributes:
-        name: the ``--dataset`` / ``--data`` name and the folder under ``--data-dir``.
-        column: the column title in ``setllm report`` tables.
-        original, modified: the paper's two templates.
-        eval_split: the split the paper evaluates on.
-        hub: where the data comes from without ``--data-dir`` (None: local files only).
-        needs_context: records must carry a non-empty ``context``.
-        kind: ``"mc"`` (a question and its options) or ``"judge"`` (an instruction and
-            candidate responses); decides the summary's extra keys.
-        folder: the folder under ``--data-dir`` (default: ``name``).
-        parse: ``(json object, "file:line") -> record`` (None: the row is skipped, e.g. a tie).
-    """
-
-    name: str
-    column: str
-    original: Template
-    modified: Template
-    eval_split: str = "test"
-    hub: HubSource | None = None
-    needs_context: bool = False
-    kind: str = "mc"
-    folder: str | None = None
-    parse: Callable[[object, str], MCRecord | None] = parse_record
-
-    def template(self, name: str) -> Template:
-        if name not in TEMPLATES:
-            raise DataError(f"unknown template {name!r}; choose one of: {', '.join(TEMPLATES)}")
-        if name == "held-out":
-            if self.kind != "mc":
-                raise DataError(f"{self.name}: the held-out template is for multiple-choice tasks")
-            return HELD_OUT
-        return getattr(self, name)
-
-    def check(self, record: MCRecord, where: str) -> None:
-        if self.needs_context and not record.context:
-            raise DataError(f"{where}: {self.name} records need a non-empty 'context'")
-
-    def training_pair(self, record: MCRecord) -> tuple[SetPrompt, str]:
-        """The record as a training example: the modified template in the dataset's order,
-        the correct option as the response (what ``setllm eval`` scores)."""
-        rendered = self.modified.render(record, tuple(range(len(record.choices))))
-        return rendered.prompt, rendered.options[record.label]
-
-
 def shown(record: MCRecord, order: Ordering) -> list[str]:
     return [record.choices[i] for i in order]
 
@@ -141,6 +82,69 @@ def _held_out(record: MCRecord, order: Ordering) -> Rendered:
 CONTINUATION = Template(_continuations, shows_options=False, options_as_set=False)
 OPTION_SET = Template(_as_set, shows_options=True, options_as_set=True)
 HELD_OUT = Template(_held_out, shows_options=True, options_as_set=True)
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a task lives on the Hugging Face hub, and how one of its rows becomes a record
+    ``{"id"?, "question", "choices", "label", "context"?}``."""
+
+    path: str
+    config: str | None
+    normalise: Callable[[dict], dict]
+    split_names: dict[str, str] = field(default_factory=dict)  # ours -> the hub's, where they differ
+
+
+@dataclass(frozen=True)
+class MCTask:
+    """A multiple-choice task: its name, the paper's column title, templates, source.
+
+    Attributes:
+        name: the ``--dataset`` / ``--data`` name and the folder under ``--data-dir``.
+        column: the column title in ``setllm report`` tables.
+        original, modified: the paper's two templates.
+        held_out: the options as a set in words no training mix uses (None: the task has no
+            such template, e.g. a judge's candidates).
+        eval_split: the split the paper evaluates on.
+        hub: where the data comes from without ``--data-dir`` (None: local files only).
+        needs_context: records must carry a non-empty ``context``.
+        kind: ``"mc"`` (a question and its options) or ``"judge"`` (an instruction and
+            candidate responses); decides the summary's extra keys.
+        folder: the folder under ``--data-dir`` (default: ``name``).
+        parse: ``(json object, "file:line") -> record`` (None: the row is skipped, e.g. a tie).
+    """
+
+    name: str
+    column: str
+    original: Template
+    modified: Template
+    eval_split: str = "test"
+    hub: HubSource | None = None
+    needs_context: bool = False
+    kind: str = "mc"
+    folder: str | None = None
+    parse: Callable[[object, str], MCRecord | None] = parse_record
+    held_out: Template | None = HELD_OUT
+
+    def template(self, name: str) -> Template:
+        if name not in TEMPLATES:
+            raise DataError(f"unknown template {name!r}; choose one of: {', '.join(TEMPLATES)}")
+        template = getattr(self, name.replace("-", "_"))
+        if template is None:
+            raise DataError(f"{self.name} has no {name} template")
+        return template
+
+    def check(self, record: MCRecord, where: str) -> None:
+        if self.needs_context and not record.context:
+            raise DataError(f"{where}: {self.name} records need a non-empty 'context'")
+
+    def training_pair(self, record: MCRecord) -> tuple[SetPrompt, str]:
+        """The record as a training example: the modified template in the dataset's order,
+        the correct option as the response (what ``setllm eval`` scores)."""
+        rendered = self.modified.render(record, tuple(range(len(record.choices))))
+        return rendered.prompt, rendered.options[record.label]
+
+
 
 
 def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:

@@ -119,8 +119,8 @@ def _pair_record(obj: object, where: str) -> MCRecord | None:
 
 
 # `--dataset judge --data-file F.jsonl`: a user's judge rows (ties skipped).
-TASK = MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row)
+TASK = MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row, held_out=None)
 # `--dataset ultrafeedback-pairs`: the held-out UltraFeedback test pairs (ties dropped).
 PAIRS = MCTask("ultrafeedback-pairs", "UltraFeedback", JUDGE, JUDGE, eval_split="test", kind="judge", folder="ultrafeedback",
-               parse=_pair_record, hub=HubSource("HuggingFaceH4/ultrafeedback_binarized", None, normalise_hub_pair,
+               parse=_pair_record, held_out=None, hub=HubSource("HuggingFaceH4/ultrafeedback_binarized", None, normalise_hub_pair,
                                                  {"train": "train_prefs", "test": "test_prefs"}))
