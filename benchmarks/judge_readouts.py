@@ -60,7 +60,9 @@ def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
         asks = {"judged": [(judge_prompt(row.instruction, list(row.candidates)), list(row.candidates))],
                 "alone": [(readouts.alone_prompt(row), list(row.candidates))],
                 "yes_no": [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]}
-        names = [n for n in asks if n in parts]
+        # The instruction alone does not depend on the candidates' order: the swapped order
+        # reuses it (the same (prompt, option) computations: bit-identical, see setllm.scoring).
+        names = [n for n in asks if n in parts and not (n == "alone" and k == 1)]
         flat = [a for n in names for a in asks[n]]
         got = iter(lm.score([p for p, _ in flat], [o for _, o in flat]))
         rec = {}
@@ -72,6 +74,8 @@ def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
                 rec[n] = [s.logprob for s in scores[0]]
                 if n == "judged":
                     rec["tokens"] = [s.n_tokens for s in scores[0]]
+        if k == 1 and "alone" in parts:
+            rec["alone"] = out["0"]["alone"][::-1]
         out[str(k)] = rec
     return out
 
