@@ -12,6 +12,7 @@ verdict prompts repeat the whole set once per candidate and cost more than the r
 
 Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
        --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
+       [--adapter NAME=PATH (one more judge: the Set-LLM reading with that adapter)]
        [--readouts likelihood,mean,pmi] [--skip N] [--report-only]
 """
 
@@ -174,11 +175,21 @@ def main() -> None:
     p.add_argument("--subset-seed", type=int)
     p.add_argument("--skip", type=int, default=0, help="report without the first N pairs (e.g. those a readout was chosen on)")
     p.add_argument("--judges", default="set,causal,set-judge")
+    p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                   help="one more judge NAME: the Set-LLM reading with the adapter at PATH (repeatable; name it in --judges)")
     p.add_argument("--readouts", default=",".join(NEEDS), help="the readouts to score and report (comma-separated)")
     p.add_argument("--json", help="write the table as JSON here too")
     p.add_argument("--model", help="a --model name (default: the embedded SmolLM2); give each model its own --out")
     p.add_argument("--report-only", action="store_true", help="score nothing: report the pairs every judge has scored so far")
     args = p.parse_args()
+    for spec in args.adapter:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or name in JUDGES:
+            p.error(f"--adapter {spec!r}: give NAME=PATH with a new NAME (not {', '.join(JUDGES)})")
+        JUDGES[name] = ("setmask-setpe", path, 1)
+    unknown = [j for j in args.judges.split(",") if j not in JUDGES]
+    if unknown:
+        p.error(f"unknown judge(s) {', '.join(unknown)}; choose from {', '.join(JUDGES)} (or add one with --adapter)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.readouts.split(",")
