@@ -157,3 +157,36 @@ def test_the_readme_generate_example_names_a_fruit(lm):
     from setllm.markup import parse_markup
 
     assert lm.generate(parse_markup(r"Pick the fruit:\n{{car\n||apple\n||house\n}}Answer:"), max_new_tokens=8).strip() == "apple"
+
+
+@pytest.mark.parametrize("task", ["arc_challenge", "piqa", "social_iqa", "commonsense_qa"])
+def test_shipped_adapter_reads_the_held_out_template_in_any_order(lm, task):
+    """Issue 20: the shipped adapter on a format no training mix holds (``--template held-out``,
+    the first fixture question of each benchmark) picks an option and scores each option bit
+    for bit the same in every rotation of the options (exact mode)."""
+    from setllm.tasks import get_task
+    from setllm.tasks.base import load_records
+
+    records, _ = load_records(get_task(task), data_dir=str(Path(__file__).parents[1] / "fixtures" / "eval"), limit=1)
+    record, k = records[0], len(records[0].choices)
+    by_index = []
+    for shift in range(k):
+        order = tuple((i + shift) % k for i in range(k))
+        rendered = get_task(task).template("held-out").render(record, order)
+        scores = [s.logprob for s in lm.score([rendered.prompt], [rendered.options])[0]]
+        by_index.append([scores[order.index(i)] for i in range(k)])  # back to the dataset's option order
+    assert all(row == by_index[0] for row in by_index)
+    assert len({max(range(k), key=row.__getitem__) for row in by_index}) == 1
+
+
+def test_shipped_documents_adapter_answers_held_out_phrasings_in_any_order():
+    """Issue 20: key-value rows in the held-out phrasings (never in a training mix) get one
+    non-empty answer wherever the gold document sits."""
+    from setllm.api import default_adapter
+    from setllm.tasks.phrasings import kv_phrased
+
+    lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
+    for row in kv_phrased("held-out", docs=4, n=2, seed=7):
+        docs = row["documents"]
+        answers = {lm.answer(docs[i:] + docs[:i], row["question"]) for i in range(len(docs))}
+        assert len(answers) == 1 and answers.pop().strip(), (row["phrasing"], answers)
