@@ -6,13 +6,20 @@ one markdown row per task and format, one column per NAME and seed: the ``random
 (the mean over orderings, or over gold positions for documents; an invariant run's one
 answer stands for every ordering), then one standard error. A cell not run yet is "-".
 
+``--paired A,B`` prints instead A minus B per cell, question by question (the same questions:
+a paired standard error, much smaller than either cell's), and over all multiple-choice
+cells (the standard error clustered by question: both templates ask the same ones).
+
 Usage: python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,mixed,mixed-no-ultra
+       python benchmarks/general_table.py --runs runs/general/eval --paired mixed,mixed-no-ultra
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections import defaultdict
 from pathlib import Path
 
 TASKS = {"piqa": "PIQA", "social_iqa": "SIQA", "arc_challenge": "ARC", "commonsense_qa": "CSQA"}
@@ -33,16 +40,71 @@ def cell(path: Path) -> str:
     return f"{s['accuracy']['random']:.2f} ± {s['accuracy_stderr']['random']:.2f}"
 
 
+def scores(path: Path) -> dict[str, float] | None:
+    """Per question id: the share of its orderings (or gold positions) answered right."""
+    if not (path / "summary.json").is_file():
+        return None
+    out = {}
+    for line in (path / "predictions.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        right = r["correct"] if "correct" in r else [p == r["label"] for p in r["predictions"]]
+        out[r["id"]] = 100 * sum(right) / len(right)
+    return out
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
+    """Mean of a - b over the questions both scored, its standard error, how many."""
+    d = [a[q] - b[q] for q in a if q in b]
+    mean = sum(d) / len(d)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)), len(d)
+
+
+def clustered(diffs: dict[str, list[float]]) -> tuple[float, float, int]:
+    """Mean of all differences and its standard error with each question's differences as one cluster."""
+    n = sum(len(v) for v in diffs.values())
+    mean = sum(sum(v) for v in diffs.values()) / n
+    var = sum((sum(v) - mean * len(v)) ** 2 for v in diffs.values()) * len(diffs) / (len(diffs) - 1)
+    return mean, math.sqrt(var) / n, n
+
+
+def print_paired(runs: Path, a: str, b: str) -> None:
+    print(f"| task, format | {a} - {b}, seed 0 | seed 1 |")
+    print("|---|---|---|")
+    pooled = defaultdict(list)
+    for label, stem in rows():
+        cells = []
+        for s in SEEDS:
+            sa, sb = scores(runs / a / f"{stem}-s{s}"), scores(runs / b / f"{stem}-s{s}")
+            if sa is None or sb is None:
+                cells.append("-")
+                continue
+            mean, se, _ = paired(sa, sb)
+            cells.append(f"{mean:+.2f} ± {se:.2f}")
+            if not stem.startswith("kv"):
+                for q in sa.keys() & sb.keys():
+                    pooled[f"s{s}:{q}"].append(sa[q] - sb[q])
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    if pooled:
+        mean, se, n = clustered(pooled)
+        print(f"\nAll multiple-choice cells: {mean:+.2f} ± {se:.2f} points ({n} question-format pairs, {len(pooled)} questions)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/general/eval", help="the eval folder of general_adapter.sh")
-    p.add_argument("--names", required=True, help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
+    group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
     args = p.parse_args()
-    names = args.names.split(",")
+    names = (args.names or args.paired).split(",")
+    if args.paired and len(names) != 2:
+        p.error("--paired takes two names: A,B")
     runs = Path(args.runs)
     missing = [n for n in names if not (runs / n).is_dir()]
     if missing:
         p.error(f"no runs named {', '.join(missing)} in {runs}")
+    if args.paired:
+        return print_paired(runs, *names)
     heads = [f"{n}, seed {s}" for s in SEEDS for n in names]
     print("| task, format | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")
