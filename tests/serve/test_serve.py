@@ -85,8 +85,8 @@ def test_health_and_metrics(lm):
         health = client.get("/health")
         text = client.get("/metrics")
     assert health.status_code == 200
-    assert health.json() | {"in_flight": 0} == {"status": "ok", "model": "setllm", "adapter": None, "variant": "setmask-setpe", "exact": True,
-                                                  "max_batch_size": 8, "batching": "on", "queued": 0, "in_flight": 0}
+    assert health.json() | {"in_flight": 0} == {"status": "ok", "model": "setllm", "adapter": None, "judge_adapter": None,
+                                                  "variant": "setmask-setpe", "exact": True, "max_batch_size": 8, "batching": "on", "queued": 0, "in_flight": 0}
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
     lines = text.text.splitlines()
     for expected in ('setllm_requests_total{endpoint="/v1/choose",status="200"} 1', 'setllm_requests_total{endpoint="/v1/choose",status="422"} 1',
@@ -137,7 +137,7 @@ def test_different_questions_and_lengths_share_a_forward(wide_lm):
 
 
 def _record_groups(app, seen):
-    engine = app.state.service.engine
+    engine = app.state.service.engines.engines["main"]
     score = engine._score
 
     def recording(group, record=True):

@@ -91,3 +91,26 @@ def test_the_server_judges_with_each_readout_as_the_library_does(lm):
         assert client.post("/v1/judge", json=body).json()["scores"] == lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores
         bad = client.post("/v1/judge", json={**body, "readout": "vibes"})
     assert bad.status_code == 422 and "likelihood" in bad.text
+
+
+def test_the_judge_route_reads_with_its_own_model_and_the_other_routes_with_the_main_one(lm, wide_lm):
+    """`setllm serve` with the shipped adapters loads the judge adapter for /v1/judge (what
+    `setllm judge` reads with) beside the choose adapter for every other route; two tiny
+    models stand in for the two here. Batched together, each request gets its own model's
+    bits."""
+    question, options = "What do plants need to make food?", ["sunlight", "soil", "rocks"]
+    judge_body = {"instruction": JUDGE_INSTRUCTION, "candidates": JUDGE_CANDIDATES}
+    app = create_app(lm, ServeConfig(batch_window_ms=100), judge_lm=wide_lm)
+    batches = []
+
+    def record(app):  # which models each batch asked for: the two routes did share batches
+        run = app.state.service.batcher.run_batch
+        app.state.service.batcher.run_batch = lambda items: batches.append({getattr(i.job, "model", "main") for i in items}) or run(items)
+
+    judged, chosen, judged_again = concurrently(app, [("/v1/judge", judge_body), ("/v1/choose", {"question": question, "options": options}),
+                                                      ("/v1/judge", judge_body)], before=record)
+    want = wide_lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES)
+    assert judged.json()["scores"] == want.scores == judged_again.json()["scores"]
+    assert judged.json()["scores"] != lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores  # not the main model's verdict
+    assert chosen.json()["scores"] == [s.logprob for s in lm.choose(question, options).scores]
+    assert {"main", "judge"} in batches

@@ -37,8 +37,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm = load_setllm(args, progress=False)
-    serve(create_app(lm, config), config, sock)
+    serve(create_app(lm, config, judge_model(args)), config, sock)
     return 0
+
+
+def judge_model(args: argparse.Namespace):
+    """What ``/v1/judge`` reads with when it is not the main model: with ``--adapter auto``
+    the embedded model's shipped judge adapter, as ``setllm judge`` (one adapter for every
+    task was measured to cost more than the set: docs/results.md, issue 20). A second copy
+    of the model in memory; None when both kinds resolve to the same adapter."""
+    options = config_from_args(LoadOptions, args)
+    if options.adapter_path("judge") == options.adapter_path("choose"):
+        return None
+    return load_setllm(args, progress=False, kind="judge")
 
 
 def main(argv: list[str] | None = None) -> int:

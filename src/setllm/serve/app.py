@@ -34,12 +34,13 @@ KNOWN_PATHS = frozenset(r.path for r in router.routes)
 log = logging.getLogger("setllm.serve")
 
 
-def create_app(lm, config: ServeConfig | None = None) -> FastAPI:
-    """The server for ``lm`` (a :class:`setllm.SetLLM`). The model thread starts and stops
-    with the app's lifespan (``with TestClient(app):``, or uvicorn)."""
+def create_app(lm, config: ServeConfig | None = None, judge_lm=None) -> FastAPI:
+    """The server for ``lm`` (a :class:`setllm.SetLLM`; ``judge_lm``: another one for
+    ``/v1/judge``, None: ``lm``). The model thread starts and stops with the app's lifespan
+    (``with TestClient(app):``, or uvicorn)."""
     from .. import __version__
 
-    service = Service(lm, config or ServeConfig())
+    service = Service(lm, config or ServeConfig(), judge_lm)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

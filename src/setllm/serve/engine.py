@@ -36,10 +36,12 @@ log = logging.getLogger("setllm.serve")
 
 @dataclass(frozen=True)
 class ScoreJob:
-    """Log-likelihood of each option as the response to ``prompt``."""
+    """Log-likelihood of each option as the response to ``prompt``, under the service's
+    ``model`` (``"main"``, or ``"judge"``: the judge adapter, see :class:`Engines`)."""
 
     prompt: SetPrompt
     options: tuple[str, ...]
+    model: str = "main"
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,33 @@ class Engine:
             if any(g.logprobs != alone[i % len(preps)].logprobs for i, g in enumerate(got)):
                 return False
         return True
+
+
+class Engines:
+    """One :class:`Engine` per loaded model behind one queue: ``"main"`` answers every route,
+    ``"judge"`` (if loaded) the judge route, as ``setllm judge`` reads with its own shipped
+    adapter. A batch is split by model and each part run on its engine: a request gets the
+    bits it would get alone on that model (no forward mixes models)."""
+
+    def __init__(self, engines: dict[str, Engine]):
+        self.engines = engines
+
+    def run(self, items: Sequence[Item]) -> list[Any]:
+        by_model: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            by_model.setdefault(getattr(item.job, "model", "main"), []).append(i)
+        outcomes: list[Any] = [None] * len(items)
+        for name, idx in by_model.items():
+            for i, outcome in zip(idx, self.engines[name].run([items[i] for i in idx])):
+                outcomes[i] = outcome
+        return outcomes
+
+    def batching_is_exact(self, max_batch_size: int) -> bool:
+        return all(e.batching_is_exact(max_batch_size) for e in self.engines.values())
+
+    def identical_only(self) -> None:
+        for e in self.engines.values():
+            e.identical_only = True
 
 
 def _groups(ready: list[_Prepared]) -> list[list[_Prepared]]:

@@ -96,9 +96,11 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
              else "reachable from the network; there is no authentication")
     lm = service.lm
 
+    judge = "" if service.judge_lm is lm else f"; /v1/judge: adapter {service.judge_lm.origin.adapter or 'none'}"
+
     def announce() -> str:  # after start-up: the batching check has run
         return (f"setllm serve: {service.model_name}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
-                f"{' (exact)' if lm.exact else ''}\nsetllm serve: listening on {url} ({where})\n"
+                f"{' (exact)' if lm.exact else ''}{judge}\nsetllm serve: listening on {url} ({where})\n"
                 f"setllm serve: batching {service.batching} (up to {service.batcher.max_batch_size} requests per forward); Ctrl-C stops")
 
     uv = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http="h11", loop="asyncio")

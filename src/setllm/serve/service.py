@@ -21,7 +21,7 @@ from ..readouts import DEFAULT_READOUT, JudgeRow, get_readout
 from ..templates import mc_prompt, options_of
 from .batcher import Batcher
 from .config import ServeConfig
-from .engine import Engine, Generated, GenerateJob, ScoreJob, Scores
+from .engine import Engine, Engines, Generated, GenerateJob, ScoreJob, Scores
 from .errors import BadRequest, Unprocessable
 from .metrics import Metrics
 
@@ -31,12 +31,16 @@ log = logging.getLogger("setllm.serve")
 class Service:
     """The model behind a queue: the one object the routes talk to."""
 
-    def __init__(self, lm, config: ServeConfig):
+    def __init__(self, lm, config: ServeConfig, judge_lm=None):
+        """``judge_lm``: the model ``/v1/judge`` reads with (None: ``lm``), e.g. the embedded
+        model with its shipped judge adapter while ``lm`` has the choose adapter."""
         self.lm = lm
+        self.judge_lm = judge_lm if judge_lm is not None else lm
         self.config = config
         self.metrics = Metrics()
-        self.engine = Engine(lm, config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
-        self.batcher = Batcher(self.engine.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
+        models = {"main": lm} if self.judge_lm is lm else {"main": lm, "judge": self.judge_lm}
+        self.engines = Engines({name: Engine(m, config.max_prompt_tokens, on_forward=self.metrics.observe_batch) for name, m in models.items()})
+        self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
         self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
         self.draining = False
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
@@ -49,8 +53,8 @@ class Service:
     async def start(self) -> None:
         await self.batcher.start()
         check = self.config.batch_check and self.config.max_batch_size > 1
-        if check and not await self.batcher.call(self.engine.batching_is_exact, self.config.max_batch_size):
-            self.engine.identical_only = True
+        if check and not await self.batcher.call(self.engines.batching_is_exact, self.config.max_batch_size):
+            self.engines.identical_only()
             self.batching = ("identical requests only: a batch of different questions changed low bits of a score on this "
                              "machine (start-up check), so only requests that are the same computation (in exact mode: every "
                              "ordering of one question) share a forward")
@@ -67,8 +71,8 @@ class Service:
         return self.in_flight == 0 and self.batcher.idle()
 
     # -- work -------------------------------------------------------------------------------
-    async def score(self, prompt: SetPrompt, options: Sequence[str]) -> Scores:
-        return await self.batcher.submit(ScoreJob(prompt, tuple(options)))
+    async def score(self, prompt: SetPrompt, options: Sequence[str], model: str = "main") -> Scores:
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options), "judge" if model == "judge" and self.judge_lm is not self.lm else "main"))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the
@@ -86,7 +90,7 @@ class Service:
         r = get_readout(readout)
         row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
         asks = r.asks(row)
-        asked = await asyncio.gather(*(self.score(prompt, options) for prompt, options in asks))
+        asked = await asyncio.gather(*(self.score(prompt, options, "judge") for prompt, options in asks))
         scores = r.combine(row, [s.option_scores(options) for s, (_, options) in zip(asked, asks)])
         return verdict(scores, list(row.candidates)).ranking, scores
 
@@ -126,6 +130,7 @@ class Service:
     def health(self) -> dict[str, Any]:
         o = self.lm.origin
         return {"status": "draining" if self.draining else "ok", "model": self.model_name, "adapter": o.adapter,
+                "judge_adapter": self.judge_lm.origin.adapter,
                 "variant": self.lm.variant.name, "exact": self.lm.exact, "max_batch_size": self.batcher.max_batch_size,
                 "batching": self.batching, "queued": self.batcher.queued, "in_flight": self.in_flight}
 
