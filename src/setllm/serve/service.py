@@ -72,7 +72,8 @@ class Service:
 
     # -- work -------------------------------------------------------------------------------
     async def score(self, prompt: SetPrompt, options: Sequence[str], model: str = "main") -> Scores:
-        return await self.batcher.submit(ScoreJob(prompt, tuple(options), "judge" if model == "judge" and self.judge_lm is not self.lm else "main"))
+        """``model``: "judge" reads with the judge model where one is loaded, else the main one."""
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options), model if model in self.engines.engines else "main"))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the
