@@ -10,6 +10,10 @@
 #   benchmarks/general_adapter.sh eval NAME ADAPTER VARIANT
 #                                             every task on trained and held-out formats, subset seeds 0 and 1
 #   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
+#   benchmarks/general_adapter.sh eval shipped auto setmask-setpe
+#                                             the shipped specialised set (choose adapter, documents adapter)
+#   python benchmarks/general_table.py --names A,B,...  /  --paired A,B
+#                                             the table of the runs (docs/results.md), or A - B question by question
 #   benchmarks/general_adapter.sh all         everything above, in order
 #
 # Mixed stage data (training formats): 200 train questions of each benchmark (modified

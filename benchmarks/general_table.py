@@ -79,7 +79,7 @@ def print_paired(runs: Path, a: str, b: str) -> None:
                 cells.append("-")
                 continue
             mean, se, _ = paired(sa, sb)
-            cells.append(f"{mean:+.2f} ± {se:.2f}")
+            cells.append(f"{round(mean, 2) + 0.0:+.2f} ± {se:.2f}")  # + 0.0: no "-0.00"
             if not stem.startswith("kv"):
                 for q in sa.keys() & sb.keys():
                     pooled[f"s{s}:{q}"].append(sa[q] - sb[q])
