@@ -52,11 +52,11 @@ def scores(path: Path) -> dict[str, float] | None:
     return out
 
 
-def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
-    """Mean of a - b over the questions both scored, its standard error, how many."""
+def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """Mean of a - b over the questions both scored, and its standard error."""
     d = [a[q] - b[q] for q in a if q in b]
     mean = sum(d) / len(d)
-    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)), len(d)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
 
 
 def clustered(diffs: dict[str, list[float]]) -> tuple[float, float, int]:
@@ -78,7 +78,7 @@ def print_paired(runs: Path, a: str, b: str) -> None:
             if sa is None or sb is None:
                 cells.append("-")
                 continue
-            mean, se, _ = paired(sa, sb)
+            mean, se = paired(sa, sb)
             cells.append(f"{round(mean, 2) + 0.0:+.2f} ± {se:.2f}")  # + 0.0: no "-0.00"
             if not stem.startswith("kv"):
                 for q in sa.keys() & sb.keys():

@@ -46,10 +46,12 @@ def judge_model(args: argparse.Namespace):
     the embedded model's shipped judge adapter, as ``setllm judge`` (one adapter for every
     task was measured to cost more than the set: docs/results.md, issue 20). A second copy
     of the model in memory; None when both kinds resolve to the same adapter."""
+    from ..api import SetLLM
+
     options = config_from_args(LoadOptions, args)
     if options.adapter_path("judge") == options.adapter_path("choose"):
         return None
-    return load_setllm(args, progress=False, kind="judge")
+    return SetLLM.load(options, "judge")  # the options just read, not read again from args
 
 
 def main(argv: list[str] | None = None) -> int:
