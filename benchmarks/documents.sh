@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 DATA=${DATA:-../shared/data}
 RUNS=${RUNS:-runs/documents}
 D=$RUNS/data
-VARIANTS=(causal-pe setmask-setpe)
+read -ra VARIANTS <<< "${VARIANTS:-causal-pe setmask-setpe}"  # VARIANTS=causal-pe: one variant only
 run() { printf '+ %s\n' "$*" >&2; ${LOCK:+flock "$LOCK"} "$@"; }
 
 kv() {  # kv NAME PAIRS N SEED

@@ -12,6 +12,9 @@
 #   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
 #   benchmarks/general_adapter.sh eval shipped auto setmask-setpe
 #                                             the shipped specialised set (choose adapter, documents adapter)
+#   benchmarks/general_adapter.sh causal-documents
+#                                             the documents goal's comparator: the causal twin of the shipped
+#                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
 #   python benchmarks/general_table.py --names A,B,...  /  --paired A,B
 #                                             the table of the runs (docs/results.md), or A - B question by question
 #   benchmarks/general_adapter.sh all         everything above, in order
@@ -83,10 +86,23 @@ evaluate() {  # evaluate NAME ADAPTER VARIANT
           --adapter "$adapter" --variant "$variant" --seed 0 "${extra[@]}" --out "$out" --no_progress
       done
     done
-    local out=$RUNS/eval/$name/kv8-held-out-s$seed
-    [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-held-out-s$seed.jsonl" \
-      --adapter "$adapter" --variant "$variant" --gold-positions 0,4,-1 --out "$out" --no_progress
+    documents "$name" "$adapter" "$variant" "$seed"
   done
+}
+
+documents() {  # documents NAME ADAPTER VARIANT SEED: key-value rows in the held-out phrasings, gold first / middle / last
+  local out=$RUNS/eval/$1/kv8-held-out-s$4
+  [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-held-out-s$4.jsonl" \
+    --adapter "$2" --variant "$3" --gold-positions 0,4,-1 --out "$out" --no_progress
+}
+
+# The documents goal's comparator: the causal twin of the shipped documents adapter, trained by
+# benchmarks/documents.sh in its three stages exactly as the shipped Set-LLM one was.
+causal_documents() {
+  data
+  local s docs=${DOCS_RUNS:-runs/documents}
+  for s in stage1 stage2 stage3; do RUNS=$docs VARIANTS=causal-pe benchmarks/documents.sh "$s"; done
+  for s in 0 1; do documents trained-causal-documents "$docs/stage3/causal-pe" causal-pe "$s"; done
 }
 
 baselines() {
@@ -96,7 +112,8 @@ baselines() {
 
 case "${1:-}" in
   data|ultra|mixed|baselines) "$1" ;;
+  causal-documents) causal_documents ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|all" >&2; exit 2 ;;
 esac

@@ -49,12 +49,14 @@ class GenerateJob:
     """Generate after ``prompt`` (a set prompt, or token ids read as plain text); with
     ``config`` None nothing is generated (OpenAI's ``max_tokens: 0``). ``logprobs``: also the
     log-prob of every token and the ``logprobs`` likeliest at its place; ``echo``: the
-    prompt's own tokens first (see :meth:`Engine._echo` for how they are read)."""
+    prompt's own tokens first (see :meth:`Engine._echo` for how they are read). Always read
+    by the main model (``model``: as :class:`ScoreJob`'s, for :class:`Engines`)."""
 
     prompt: SetPrompt | tuple[int, ...]
     config: GenerationConfig | None
     logprobs: int | None = None
     echo: bool = False
+    model: str = "main"
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,7 @@ class Engines:
     def run(self, items: Sequence[Item]) -> list[Any]:
         by_model: dict[str, list[int]] = {}
         for i, item in enumerate(items):
-            by_model.setdefault(getattr(item.job, "model", "main"), []).append(i)
+            by_model.setdefault(item.job.model, []).append(i)
         outcomes: list[Any] = [None] * len(items)
         for name, idx in by_model.items():
             for i, outcome in zip(idx, self.engines[name].run([items[i] for i in idx])):
