@@ -5,7 +5,9 @@
 key-value retrieval. ``setllm data kv-phrased --phrasings held-out --docs 8 --out kv.jsonl``:
 key-value facts in many phrasings (train ones, or held-out ones no training mix holds).
 ``setllm data qa-lookup --data-dir ../shared/data --source commonsense_qa --docs 10 --out
-qa.jsonl``: natural-language statements from a benchmark.
+qa.jsonl``: natural-language statements from a benchmark. ``setllm data mc-framed --task piqa
+--data-dir ../shared/data --n 2400 --out piqa.jsonl``: a benchmark's questions as training
+rows in several frames (:mod:`setllm.tasks.frames`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .common import add_command, config_from_args
 
 def add_parser(sub, name: str = "data"):
     from ..tasks.documents import KVRetrievalConfig, QALookupConfig
+    from ..tasks.frames import MCFramedConfig
     from ..tasks.phrasings import KVPhrasedConfig
 
     p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
@@ -37,6 +40,10 @@ def add_parser(sub, name: str = "data"):
                      description="Natural-language documents: each labelled question of a benchmark, with its answer, as a "
                                  "statement among K-1 statements of other questions; the question is asked again.")
     qa.set_defaults(func=cmd_qa)
+    mc = add_command(gens, "mc-framed", [MCFramedConfig], help="a benchmark's questions as training rows in several frames",
+                     description="Multiple-choice training rows (prompt, response) in one of several frames each, the paper's "
+                                 "template among them, the options as a set; never the held-out template.")
+    mc.set_defaults(func=cmd_framed)
     return p
 
 
@@ -61,6 +68,18 @@ def cmd_qa(args: argparse.Namespace) -> int:
     c = config_from_args(QALookupConfig, args)
     records, _ = load_records(get_task(c.source), c.split, c.data_dir)
     return _write(qa_lookup(records, c.docs, c.n, c.seed), c.out)
+
+
+def cmd_framed(args: argparse.Namespace) -> int:
+    from ..data import DataError
+    from ..tasks import TASKS, load_records
+    from ..tasks.frames import MCFramedConfig, mc_framed
+
+    c = config_from_args(MCFramedConfig, args)
+    if c.task not in TASKS:
+        raise DataError(f"--task: one of the multiple-choice benchmarks ({', '.join(TASKS)}), got {c.task!r}")
+    records, _ = load_records(TASKS[c.task], c.split, c.data_dir)
+    return _write(mc_framed(TASKS[c.task], records, c.n or None, c.seed), c.out)
 
 
 def _write(rows: list[dict], out: str) -> int:

@@ -1,0 +1,94 @@
+"""Multiple-choice questions in several training frames: one seeded generator.
+
+A choose adapter trained on the paper's template alone learns that template: on the
+held-out template (:func:`setllm.templates.held_out_prompt`) the shipped one kept about half
+its gain (docs/results.md, issue 20). :data:`FRAMES` asks the same records in other
+wordings, each with the options as one set; a mix drawn from them and the task's own
+template (:data:`MODIFIED`) teaches choosing among a set rather than one template. The
+held-out template stays in no training mix, and no frame shares a word longer than three
+letters with it (tested), so a measurement on it is still one on an unseen format.
+
+``setllm data mc-framed --task piqa --data-dir ../shared/data --n 2400 --seed 42 --out F.jsonl``
+writes ``{"id", "prompt", "response"}`` rows that ``setllm train --data F.jsonl``
+reads.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..data import DataError, MCRecord, subset
+from ..prompt import Set, SetPrompt, template_prompt
+from .base import MCTask
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One wording: ``context`` (a line before the question, for records that have one),
+    ``head`` ("{question}"), ``element`` ("{choice}", one per option, ending in a newline so
+    every element is the same kind of line wherever it lands) and ``tail`` (ends in ":", the
+    response follows as " <option>")."""
+
+    name: str
+    context: str
+    head: str
+    element: str
+    tail: str
+
+    def prompt(self, question: str, choices: list[str], context: str | None = None) -> SetPrompt:
+        head = self.head.format(question=question)
+        if context:
+            head = self.context.format(context=context) + head
+        return template_prompt([head, Set([self.element.format(choice=c) for c in choices]), self.tail])
+
+
+MODIFIED = "modified"  # the task's own training template (the paper's), drawn like a frame
+FRAMES: tuple[Frame, ...] = (
+    Frame("options", "Passage: {context}\n", "Problem: {question}\nOptions:\n", "* {choice}\n", "Selected option:"),
+    Frame("candidates", "Situation: {context}\n", "{question}\n\nCandidates:\n", "> {choice}\n", "Best candidate:"),
+    Frame("replies", "Story: {context}\n", "Inquiry: {question}\nReplies:\n", "{choice}\n", "Reply:"),
+    Frame("alternatives", "Text: {context}\n", "Exam item: {question}\nAlternatives:\n", "+ {choice}\n", "Chosen alternative:"),
+    Frame("pick", "Setting: {context}\n", "{question}\nPick one:\n", "[ ] {choice}\n", "Pick:"),
+)
+FRAME_NAMES: tuple[str, ...] = (MODIFIED, *(f.name for f in FRAMES))
+
+
+def framed_pair(task: MCTask, record: MCRecord, name: str) -> tuple[SetPrompt, str]:
+    """The record as a training example in frame ``name``, options in the dataset's order."""
+    if name == MODIFIED:
+        return task.training_pair(record)
+    frame = next(f for f in FRAMES if f.name == name)
+    return frame.prompt(record.question, list(record.choices), record.context), record.choices[record.label]
+
+
+def mc_framed(task: MCTask, records: list[MCRecord], n: int | None = None, seed: int = 0) -> list[dict]:
+    """A seeded sample of ``n`` records (all if None), each in a frame of :data:`FRAME_NAMES`
+    drawn with ``random.Random(seed)``, the correct option as the response: ``setllm train``
+    data rows, the frame after the record's id (``"<id>:<frame>"``)."""
+    rng = random.Random(seed)
+    rows = []
+    for record in subset(records, n, seed):
+        name = rng.choice(FRAME_NAMES)
+        prompt, response = framed_pair(task, record, name)
+        rows.append({"id": f"{record.id}:{name}", **prompt.to_json(), "response": response})
+    return rows
+
+
+@dataclass
+class MCFramedConfig:
+    """``setllm data mc-framed``: a benchmark's questions in several training frames."""
+
+    task: str = field(default="", metadata={"help": "the benchmark (its records as --data-dir holds them)", "metavar": "NAME"})
+    data_dir: str = field(default="", metadata={"help": "folder with <task>/<split>.jsonl (required)", "metavar": "DIR"})
+    split: str = field(default="train", metadata={"help": "the split to draw from", "metavar": "SPLIT"})
+    n: int = field(default=0, metadata={"help": "questions to draw (0: all)", "metavar": "N"})
+    seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
+    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise DataError(f"--n must be at least 0 (0: all), got {self.n}")
+        if not self.task or not self.data_dir or not self.out:
+            missing = [f"--{f.replace('_', '-')}" for f in ("task", "data_dir", "out") if not getattr(self, f)]
+            raise DataError(f"missing {', '.join(missing)}: e.g. --task piqa --data-dir ../shared/data --out piqa-framed.jsonl")
