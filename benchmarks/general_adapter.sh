@@ -12,6 +12,8 @@
 #   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
 #   benchmarks/general_adapter.sh eval shipped auto setmask-setpe
 #                                             the shipped specialised set (choose adapter, documents adapter)
+#   benchmarks/general_adapter.sh framed    the choose adapter's recipe with questions in several frames
+#                                             (setllm data mc-framed), runs/general/adapters/choose-framed-bf16
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
@@ -96,6 +98,25 @@ documents() {  # documents NAME ADAPTER VARIANT SEED: key-value rows in the held
     --adapter "$2" --variant "$3" --gold-positions 0,4,-1 --out "$out" --no_progress
 }
 
+# The choose adapter's recipe (src/setllm/adapters/smollm2-135m-setllm.yaml) with each benchmark
+# question in one of several frames (`setllm data mc-framed`: the same seeded sample of the same
+# records, the task's own template among the frames, never the held-out one), exported in bf16
+# as the shipped one was: does a choose adapter that saw several wordings read the held-out one?
+framed() {
+  local specs=ultrafeedback:200 out=$RUNS/adapters/choose-framed ds_n
+  mkdir -p "$D"
+  for ds_n in arc_challenge:600 piqa:2400 commonsense_qa:1000 social_iqa:1000; do
+    [ -s "$D/${ds_n%:*}-framed.jsonl" ] || run setllm data mc-framed --task "${ds_n%:*}" --data-dir "$DATA" --n "${ds_n#*:}" \
+      --seed 42 --out "$D/${ds_n%:*}-framed.jsonl"
+    specs+=",$D/${ds_n%:*}-framed.jsonl"
+  done
+  [ -f "$out-bf16/adapter_model.safetensors" ] && return 0
+  local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+  [ -f "$out/adapter_model.safetensors" ] || run setllm train --config src/setllm/adapters/smollm2-135m-setllm.yaml --data "$specs" \
+    --out "$out" --no-progress "${resume[@]}"
+  run setllm export adapter "$out" "$out-bf16" --dtype bf16
+}
+
 # The documents goal's comparator: the causal twin of the shipped documents adapter, trained by
 # benchmarks/documents.sh in its three stages exactly as the shipped Set-LLM one was.
 causal_documents() {
@@ -111,9 +132,9 @@ baselines() {
 }
 
 case "${1:-}" in
-  data|ultra|mixed|baselines) "$1" ;;
+  data|ultra|mixed|baselines|framed) "$1" ;;
   causal-documents) causal_documents ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|framed|all" >&2; exit 2 ;;
 esac
