@@ -4,6 +4,7 @@
 #
 #   benchmarks/documents.sh data                 key-value (k=10, 20, 50) and CommonsenseQA lookup rows
 #   benchmarks/documents.sh stage1|stage2|stage3 train both variants (each stage starts from the last)
+#   benchmarks/documents.sh stage4               stage three plus key-value rows in several phrasings (issue 20)
 #   benchmarks/documents.sh evaluate STAGE        pretrained|stage1|stage2|stage3 on kv10, kv20, qa10
 #   benchmarks/documents.sh kv50                  stage three on k=50 (30 rows)
 #   benchmarks/documents.sh shipped               the shipped documents adapter (no --adapter) on kv10, kv20, qa10
@@ -12,8 +13,10 @@
 #
 # Stage one: 320 k=10 rows, 40 steps of 8. Stages two and three: 160 k=10, 160 k=20 and 80
 # CommonsenseQA-lookup rows each (fresh rows per stage), 50 steps of 8. LoRA r 8, alpha 8,
-# lr 2e-3. Every row's gold document sits at a seeded random position. Evaluation: the first
-# 50 test rows (k=50: 30), the gold document moved to each listed position.
+# lr 2e-3. Stage four (issue 20): 200 k=4 and 200 k=8 rows in the 8 training phrasings of
+# `setllm data kv-phrased` (mixed key and value kinds), 50 steps of 8. Every row's gold document
+# sits at a seeded random position. Evaluation: the first 50 test rows (k=50: 30), the gold
+# document moved to each listed position.
 # Repository root, venv active, ../shared/data present (the lookup rows are built from it).
 # Resumable: a finished step is skipped. LOCK=/path/to/lockfile runs every step under flock.
 set -euo pipefail
@@ -38,6 +41,11 @@ data() {
   kv kv10-train-c 10 160 3; kv kv20-train-c 20 160 4; qa qa10-train-c train 80 5  # stage three
   kv kv10-test 10 100 1001; kv kv20-test 20 100 1002; kv kv50-test 50 100 1005
   qa qa10-test validation 100 1003
+  local k  # stage four
+  for k in 4 8; do
+    [ -s "$D/kv$k-phrased-train.jsonl" ] || run setllm data kv-phrased --phrasings train --docs $k --n 200 --seed $((20 + k)) \
+      --out "$D/kv$k-phrased-train.jsonl"
+  done
 }
 
 train() {  # train STAGE INIT_STAGE DATA_SPECS MAX_LENGTH [extra]
@@ -52,6 +60,7 @@ train() {  # train STAGE INIT_STAGE DATA_SPECS MAX_LENGTH [extra]
 stage1() { data; train stage1 "" "$D/kv10-train.jsonl" 320 --limit 320; }
 stage2() { data; train stage2 stage1 "$D/kv10-train-b.jsonl,$D/kv20-train.jsonl,$D/qa10-train.jsonl" 640 --limit 160; }
 stage3() { data; train stage3 stage2 "$D/kv10-train-c.jsonl,$D/kv20-train-c.jsonl,$D/qa10-train-c.jsonl" 640 --limit 160; }
+stage4() { data; train stage4 stage3 "$D/kv4-phrased-train.jsonl,$D/kv8-phrased-train.jsonl" 640 --limit 200; }
 
 ev() {  # ev STAGE VARIANT TEST POSITIONS [extra]
   local stage=$1 variant=$2 test=$3 positions=$4; shift 4
@@ -85,7 +94,7 @@ all() {
 }
 
 case "${1:-}" in
-  data|stage1|stage2|stage3|kv50|shipped|long|all) "$1" ;;
-  evaluate) evaluate "${2:?evaluate STAGE: pretrained, stage1, stage2 or stage3}" ;;
-  *) echo "usage: benchmarks/documents.sh data|stage1|stage2|stage3|evaluate STAGE|kv50|shipped|long|all" >&2; exit 2 ;;
+  data|stage1|stage2|stage3|stage4|kv50|shipped|long|all) "$1" ;;
+  evaluate) evaluate "${2:?evaluate STAGE: pretrained, stage1, stage2, stage3 or stage4}" ;;
+  *) echo "usage: benchmarks/documents.sh data|stage1|stage2|stage3|stage4|evaluate STAGE|kv50|shipped|long|all" >&2; exit 2 ;;
 esac

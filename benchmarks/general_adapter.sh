@@ -12,11 +12,13 @@
 #   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
 #   benchmarks/general_adapter.sh eval shipped auto setmask-setpe
 #                                             the shipped specialised set (choose adapter, documents adapter)
-#   benchmarks/general_adapter.sh framed    the choose adapter's recipe with questions in several frames
+#   benchmarks/general_adapter.sh framed      the choose adapter's recipe with questions in several frames
 #                                             (setllm data mc-framed), runs/general/adapters/choose-framed-bf16
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
+#   benchmarks/general_adapter.sh documents-phrased
+#                                             documents.sh stage4 (both variants), on the held-out phrasings
 #   python benchmarks/general_table.py --names A,B,...  /  --paired A,B
 #                                             the table of the runs (docs/results.md), or A - B question by question
 #   benchmarks/general_adapter.sh all         everything above, in order
@@ -126,6 +128,18 @@ causal_documents() {
   for s in 0 1; do documents trained-causal-documents "$docs/stage3/causal-pe" causal-pe "$s"; done
 }
 
+# Stage four of benchmarks/documents.sh for both variants (stage three plus key-value rows in
+# the 8 training phrasings), then both on the held-out phrasings: do several phrasings in
+# training close the Set-LLM adapter's gap to its causal twin there?
+documents_phrased() {
+  data
+  local s v docs=${DOCS_RUNS:-runs/documents}
+  RUNS=$docs benchmarks/documents.sh stage4
+  for s in 0 1; do
+    for v in setmask-setpe causal-pe; do documents "documents-stage4-$v" "$docs/stage4/$v" "$v" "$s"; done
+  done
+}
+
 baselines() {
   evaluate untrained-set none setmask-setpe
   evaluate untrained-causal none causal-pe
@@ -134,7 +148,8 @@ baselines() {
 case "${1:-}" in
   data|ultra|mixed|baselines|framed) "$1" ;;
   causal-documents) causal_documents ;;
+  documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|framed|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|all" >&2; exit 2 ;;
 esac
