@@ -105,17 +105,20 @@ documents() {  # documents NAME ADAPTER VARIANT SEED: key-value rows in the held
 # records, the task's own template among the frames, never the held-out one), exported in bf16
 # as the shipped one was: does a choose adapter that saw several wordings read the held-out one?
 framed() {
-  local specs=ultrafeedback:200 out=$RUNS/adapters/choose-framed ds_n
+  local recipe=src/setllm/adapters/smollm2-135m-setllm.yaml out=$RUNS/adapters/choose-framed specs="" spec
   mkdir -p "$D"
-  for ds_n in arc_challenge:600 piqa:2400 commonsense_qa:1000 social_iqa:1000; do
-    [ -s "$D/${ds_n%:*}-framed.jsonl" ] || run setllm data mc-framed --task "${ds_n%:*}" --data-dir "$DATA" --n "${ds_n#*:}" \
-      --seed 42 --out "$D/${ds_n%:*}-framed.jsonl"
-    specs+=",$D/${ds_n%:*}-framed.jsonl"
+  for spec in $(sed -n 's/^data: *\([^ #]*\).*/\1/p' "$recipe" | tr , ' '); do  # the recipe's specs, benchmarks framed
+    case ${spec%:*} in
+      piqa|social_iqa|arc_challenge|commonsense_qa)
+        [ -s "$D/${spec%:*}-framed.jsonl" ] || run setllm data mc-framed --task "${spec%:*}" --data-dir "$DATA" --n "${spec#*:}" \
+          --seed 42 --out "$D/${spec%:*}-framed.jsonl"
+        spec=$D/${spec%:*}-framed.jsonl ;;
+    esac
+    specs+=${specs:+,}$spec
   done
   [ -f "$out-bf16/adapter_model.safetensors" ] && return 0
   local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-  [ -f "$out/adapter_model.safetensors" ] || run setllm train --config src/setllm/adapters/smollm2-135m-setllm.yaml --data "$specs" \
-    --out "$out" --no-progress "${resume[@]}"
+  [ -f "$out/adapter_model.safetensors" ] || run setllm train --config "$recipe" --data "$specs" --out "$out" --no-progress "${resume[@]}"
   run setllm export adapter "$out" "$out-bf16" --dtype bf16
 }
 

@@ -1,7 +1,7 @@
 """Multiple-choice questions in several training frames: one seeded generator.
 
 A choose adapter trained on the paper's template alone learns that template: on the
-held-out template (:func:`setllm.templates.held_out_prompt`) the shipped one kept about half
+held-out template (:data:`setllm.templates.HELD_OUT`) the shipped one kept about half
 its gain (docs/results.md, issue 20). :data:`FRAMES` asks the same records in other
 wordings, each with the options as one set; a mix drawn from them and the task's own
 template (:data:`MODIFIED`) is meant to teach choosing among a set rather than one template
@@ -21,29 +21,9 @@ import random
 from dataclasses import dataclass, field
 
 from ..data import DataError, MCRecord, subset
-from ..prompt import Set, SetPrompt, template_prompt
+from ..prompt import SetPrompt
+from ..templates import Frame
 from .base import MCTask
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One wording: ``context`` (a line before the question, for records that have one),
-    ``head`` ("{question}"), ``element`` ("{choice}", one per option, ending in a newline so
-    every element is the same kind of line wherever it lands) and ``tail`` (ends in ":", the
-    response follows as " <option>")."""
-
-    name: str
-    context: str
-    head: str
-    element: str
-    tail: str
-
-    def prompt(self, question: str, choices: list[str], context: str | None = None) -> SetPrompt:
-        head = self.head.format(question=question)
-        if context:
-            head = self.context.format(context=context) + head
-        return template_prompt([head, Set([self.element.format(choice=c) for c in choices]), self.tail])
-
 
 MODIFIED = "modified"  # the task's own training template (the paper's), drawn like a frame
 FRAMES: tuple[Frame, ...] = (
