@@ -3,6 +3,7 @@
 #
 #   benchmarks/judge_adapter.sh pairs                 the UltraFeedback test pairs that fit 448 tokens
 #   benchmarks/judge_adapter.sh build VARIANT         train a judge adapter (setmask-setpe or causal-pe)
+#   benchmarks/judge_adapter.sh preference VARIANT    a judge adapter trained on ranking (issue 19, below)
 #   benchmarks/judge_adapter.sh evaluate NAME ADAPTER VARIANT
 #   benchmarks/judge_adapter.sh all                   every step above, then the five table rows
 #   benchmarks/judge_adapter.sh table                 the four rows any model has (no shipped adapter)
@@ -37,6 +38,19 @@ build() {  # build VARIANT
     --lr 3e-3 --batch-size 8 --epochs 1 --seed 42 --sample-seed 42 --logging-steps 5 --save-steps 20 --out "$out" "${resume[@]}"
 }
 
+# Preference judges (issue 19): `--objective preference`, SimPO's pairwise loss on each
+# response's mean log-likelihood after the judge prompt (the `mean` readout), on every
+# UltraFeedback train pair whose judge prompt + longer response fit PREF_LENGTH tokens (both
+# responses whole), one epoch of 8 pairs; the same pairs and settings for both variants.
+preference() {  # preference VARIANT
+  local out=$RUNS/adapters/preference-$1
+  [ -f "$out/adapter_model.safetensors" ] && return 0
+  local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+  run setllm train "${model[@]}" --data ultrafeedback-judge --data-dir "$DATA" --variant "$1" --objective preference \
+    --max-length "${PREF_LENGTH:-512}" --skip-bad --lr 2e-3 --batch-size 8 --epochs 1 --seed 42 --logging-steps 5 --save-steps 10 \
+    --out "$out" --no-progress "${resume[@]}"
+}
+
 evaluate() {  # evaluate NAME ADAPTER VARIANT
   pairs
   run setllm eval "${model[@]}" --dataset judge --data-file "$PAIRS" --adapter "$2" --variant "$3" --label "$1" --seed 0 \
@@ -59,6 +73,6 @@ all() {
 }
 
 case "${1:-}" in
-  pairs|build|evaluate|table|all) "$@" ;;
-  *) echo "usage: $0 [pairs|build VARIANT|evaluate NAME ADAPTER VARIANT|table|all]" >&2; exit 2 ;;
+  pairs|build|preference|evaluate|table|all) "$@" ;;
+  *) echo "usage: $0 [pairs|build VARIANT|preference VARIANT|evaluate NAME ADAPTER VARIANT|table|all]" >&2; exit 2 ;;
 esac

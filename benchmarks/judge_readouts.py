@@ -12,7 +12,7 @@ verdict prompts repeat the whole set once per candidate and cost more than the r
 
 Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
        --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
-       [--adapter NAME=PATH (one more judge: the Set-LLM reading with that adapter)]
+       [--adapter NAME=PATH (one more judge: that adapter, read as the variant it was trained as)]
        [--readouts likelihood,mean,pmi] [--skip N] [--report-only]
 """
 
@@ -31,7 +31,9 @@ from tqdm.auto import tqdm
 
 from setllm import SetLLM, readouts
 from setllm.api import ranking
+from setllm.loading import AdapterInfo
 from setllm.tasks.judge import judge_prompt, pair_row
+from setllm.variants import get_variant
 
 JUDGES = {  # name -> (variant, adapter, orders scored)
     "set": ("setmask-setpe", "none", 1),
@@ -176,7 +178,7 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=0, help="report without the first N pairs (e.g. those a readout was chosen on)")
     p.add_argument("--judges", default="set,causal,set-judge")
     p.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
-                   help="one more judge NAME: the Set-LLM reading with the adapter at PATH (repeatable; name it in --judges)")
+                   help="one more judge NAME: the adapter at PATH read as the variant it was trained as (repeatable; name it in --judges)")
     p.add_argument("--readouts", default=",".join(NEEDS), help="the readouts to score and report (comma-separated)")
     p.add_argument("--json", help="write the table as JSON here too")
     p.add_argument("--model", help="a --model name (default: the embedded SmolLM2); give each model its own --out")
@@ -186,7 +188,8 @@ def main() -> None:
         name, sep, path = spec.partition("=")
         if not sep or not name or name in JUDGES:
             p.error(f"--adapter {spec!r}: give NAME=PATH with a new NAME (not {', '.join(JUDGES)})")
-        JUDGES[name] = ("setmask-setpe", path, 1)
+        variant = AdapterInfo.read(path).variant or "setmask-setpe"  # read as trained; an order-sensitive one in both orders
+        JUDGES[name] = (variant, path, 1 if get_variant(variant).invariant else 2)
     unknown = [j for j in args.judges.split(",") if j not in JUDGES]
     if unknown:
         p.error(f"unknown judge(s) {', '.join(unknown)}; choose from {', '.join(JUDGES)} (or add one with --adapter)")

@@ -23,6 +23,7 @@ import torch
 from ..batch import collate
 from ..codec import Codec
 from ..encoding import EncodedPrompt
+from ..errors import InputError
 from ..masks import TokenLayout
 from ..prompt import PromptError
 from .data import Example
@@ -73,6 +74,34 @@ def featurize(codec: Codec, examples: Sequence[Example], max_length: int, overlo
     return out, report
 
 
+def featurize_preferences(codec: Codec, examples: Sequence[Example], max_length: int) -> tuple[list[dict], LengthReport]:
+    """Token features for ``--objective preference``: one item per judge row, holding the
+    better candidate's feature first, then each other candidate's (the same prompt each
+    time). A row is kept only if every candidate fits ``max_length`` whole: the loss reads
+    each candidate's mean log-likelihood, which a cut response would change."""
+    report = LengthReport()
+    out = []
+    for ex in examples:
+        if not ex.rejected:
+            raise InputError(f"{ex.where}: --objective preference trains on judge rows (ultrafeedback-judge, or JSONL rows with "
+                             "'instruction', 'candidates' and 'label'); this example has no other candidate to rank below its response")
+        try:
+            enc = codec.encode(ex.prompt)
+        except PromptError as e:
+            report.skipped.append(f"{ex.where}: {e}")
+            continue
+        responses = [codec.response_ids(ex.prompt, text, eos=True) for text in (ex.response, *ex.rejected)]
+        longest = max(len(r) for r in responses)
+        if len(enc) + longest > max_length:
+            report.skipped.append(f"{ex.where}: {len(enc)} prompt + {longest} response tokens > {max_length}")
+            continue
+        group = [feature(enc, r) for r in responses]
+        # input_ids: the longest row, for the Trainer's length-grouped sampler.
+        out.append({"input_ids": max((g["input_ids"] for g in group), key=len), "group": group})
+        report.kept += 1
+    return out, report
+
+
 def feature(enc: EncodedPrompt, resp: Sequence[int]) -> dict:
     """One example as plain lists; ``input_ids`` holds prompt + response so that the
     Trainer's length-grouped sampler sees the full length."""
@@ -109,6 +138,22 @@ class SetCollator:
             "element_ids": lay.element_ids,
             "labels": batch.input_ids.masked_fill(~is_response, IGNORE),  # [B, N]
         }
+
+
+@dataclass
+class PreferenceCollator:
+    """Judge rows -> one batch of all their candidates' rows (each row's better candidate
+    first) plus ``group`` (which row each belongs to, 0..G-1) and ``chosen`` (is it the better)."""
+
+    positions: str
+    pad_id: int
+
+    def __call__(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
+        rows = [f for item in items for f in item["group"]]
+        batch = SetCollator(self.positions, self.pad_id)(rows)
+        batch["group"] = torch.tensor([g for g, item in enumerate(items) for _ in item["group"]])
+        batch["chosen"] = torch.tensor([j == 0 for item in items for j in range(len(item["group"]))])
+        return batch
 
 
 def layout_of(inputs: dict[str, torch.Tensor]) -> TokenLayout:

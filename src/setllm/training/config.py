@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_attention
 
 OVERLONG_POLICIES = ("truncate", "skip")
+OBJECTIVES = ("sft", "preference")
 # Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
 RECORDED_HF_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
                       "warmup_steps", "weight_decay", "max_grad_norm", "seed", "train_sampling_strategy", "bf16")
@@ -48,6 +49,14 @@ class TrainConfig(TrainingArguments):
     init_adapter: str | None = field(default=None, metadata=_help(
         "continue training this adapter (e.g. after UltraFeedback pre-finetuning)", metavar="DIR"))
     full_finetune: bool = field(default=False, metadata=_help("train all weights instead of a LoRA adapter (saves a full model)"))
+    objective: str = field(default="sft", metadata=_help(
+        "'sft': cross-entropy on the response; 'preference' (judge rows only: ultrafeedback-judge or JSONL rows with "
+        "candidates and label): SimPO's pairwise loss on each candidate's mean log-likelihood after the judge prompt, "
+        "the better one above each other one (the judge's 'mean' readout)", choices=list(OBJECTIVES)))
+    preference_beta: float = field(default=2.0, metadata=_help(
+        "--objective preference: scale of the mean log-likelihood difference (SimPO's beta)", metavar="B"))
+    preference_margin: float = field(default=1.0, metadata=_help(
+        "--objective preference: the margin the better candidate should win by, after scaling (SimPO's gamma)", metavar="G"))
 
     # -- data -----------------------------------------------------------------------------
     data_dir: str | None = field(default=None, metadata=_help(
@@ -134,6 +143,11 @@ class TrainConfig(TrainingArguments):
             raise InputError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
         if self.min_response_tokens >= self.max_length:
             raise InputError(f"--min-response-tokens ({self.min_response_tokens}) must be below --max-length ({self.max_length})")
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.preference_beta <= 0 or self.preference_margin < 0:
+            raise InputError(f"--preference-beta must be positive and --preference-margin at least 0, got {self.preference_beta} "
+                             f"and {self.preference_margin}")
         if self.full_finetune and self.init_adapter:
             raise InputError("--init-adapter continues a LoRA adapter; it cannot be combined with --full-finetune")
         if self.init_adapter and not (Path(self.init_adapter) / "adapter_config.json").exists():

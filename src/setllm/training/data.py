@@ -31,11 +31,14 @@ ULTRAFEEDBACK_JUDGE = "ultrafeedback-judge"  # the same pairs as judge examples 
 
 @dataclass(frozen=True)
 class Example:
-    """One training example; ``response`` is the raw answer text (no EOS, no leading space)."""
+    """One training example; ``response`` is the raw answer text (no EOS, no leading space).
+    A judge row also carries its other candidates as ``rejected`` (what ``--objective
+    preference`` ranks the response above)."""
 
     prompt: SetPrompt
     response: str
     where: str
+    rejected: tuple[str, ...] = ()
 
 
 @dataclass
@@ -73,7 +76,8 @@ def judge_example(obj: object, where: str) -> Example | None:
     if record is None:
         return None
     rendered = judge.JUDGE.render(record, tuple(range(len(record.choices))))
-    return Example(rendered.prompt, rendered.options[record.label], where)
+    others = tuple(o for i, o in enumerate(rendered.options) if i != record.label)
+    return Example(rendered.prompt, rendered.options[record.label], where, others)
 
 
 def judge_pair_example(obj: object, where: str) -> Example | None:

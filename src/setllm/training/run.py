@@ -32,7 +32,7 @@ from ..loading import (
 )
 from ..runtime import check_length, check_model
 from ..variants import get_variant
-from .collator import SetCollator, featurize
+from .collator import PreferenceCollator, SetCollator, featurize, featurize_preferences
 from .config import TrainConfig
 from .data import load_examples
 from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, SetLLMTrainer
@@ -184,7 +184,10 @@ def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer, world: rund
     variant = get_variant(cfg.variant)
     # Inference's own codec encodes the training prompts: one code path.
     codec = Codec.for_model(model, tokenizer, variant, exact=variant.invariant, chat=cfg.chat)
-    features, length_report = featurize(codec, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
+    if cfg.objective == "preference":
+        features, length_report = featurize_preferences(codec, examples, cfg.max_length)
+    else:
+        features, length_report = featurize(codec, examples, cfg.max_length, cfg.overlong, cfg.min_response_tokens)
     if not features:
         raise InputError(f"no example fits --max-length {cfg.max_length}: {length_report.line(cfg.max_length)}")
     if world.is_main:  # the only writer (every rank read --out above, before this changes it)
@@ -208,9 +211,11 @@ def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], ca
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    preference = cfg.objective == "preference"
+    collator = (PreferenceCollator if preference else SetCollator)(codec.variant.positions, codec.pad_id)
     trainer = SetLLMTrainer(
-        model=model, args=cfg, train_dataset=features,
-        data_collator=SetCollator(codec.variant.positions, codec.pad_id), variant=codec.variant,
+        model=model, args=cfg, train_dataset=features, data_collator=collator, variant=codec.variant,
+        preference=(cfg.preference_beta, cfg.preference_margin) if preference else None,
         callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
     )
     trainer.remove_callback(ProgressCallback)

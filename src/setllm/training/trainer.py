@@ -58,25 +58,65 @@ def response_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.T
     return total / (num_items if num_items is not None else (targets != IGNORE).sum().clamp(min=1))
 
 
-def set_llm_loss(model, variant: Variant, inputs: dict, num_items=None, logits_only_for_response: bool = True):
-    """Forward a collated batch under ``variant`` and return (loss, outputs)."""
+def response_logits(model, variant: Variant, inputs: dict, logits_only_for_response: bool = True):
+    """Forward a collated batch under ``variant``: (logits of the last R+1 columns, outputs)."""
     labels = inputs["labels"]
     keep = response_columns(labels) + 1 if logits_only_for_response else 0
     out = forward(model, variant, inputs["input_ids"], inputs["position_ids"], layout_of(inputs), logits_to_keep=keep)
-    logits = out.logits if keep else out.logits[:, -(response_columns(labels) + 1):]
-    return response_loss(logits, labels.to(logits.device), num_items), out
+    return (out.logits if keep else out.logits[:, -(response_columns(labels) + 1):]), out
+
+
+def set_llm_loss(model, variant: Variant, inputs: dict, num_items=None, logits_only_for_response: bool = True):
+    """Forward a collated batch under ``variant`` and return (loss, outputs)."""
+    logits, out = response_logits(model, variant, inputs, logits_only_for_response)
+    return response_loss(logits, inputs["labels"].to(logits.device), num_items), out
+
+
+def mean_response_logprob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[B]: each row's mean log-likelihood per response token (the judge's ``mean`` readout);
+    ``logits`` as in :func:`response_loss`."""
+    r = logits.shape[1] - 1
+    targets = labels[:, -r:]
+    nll = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="none")
+    counts = (targets != IGNORE).sum(dim=1)
+    return -nll.view_as(targets).sum(dim=1) / counts.clamp(min=1)
+
+
+def preference_loss(scores: torch.Tensor, group: torch.Tensor, chosen: torch.Tensor, beta: float, margin: float) -> torch.Tensor:
+    """SimPO's loss (Meng et al. 2024): ``-log sigmoid(beta * (s_better - s_other) - margin)``
+    for each other candidate of a row, averaged within the row, then over rows. ``scores``
+    [B]: one per candidate row; ``group`` [B]: its judge row (0..G-1, each row's better
+    candidate is its only ``chosen`` one). Reference-free: no second model in memory."""
+    best = scores[chosen][group[~chosen]]  # the better candidate's score, for each other candidate
+    pair = -F.logsigmoid(beta * (best - scores[~chosen]) - margin)
+    rows = int(group.max()) + 1
+    per_row = torch.zeros(rows, dtype=pair.dtype, device=pair.device).index_add_(0, group[~chosen], pair)
+    others = torch.bincount(group[~chosen], minlength=rows).clamp(min=1)
+    return (per_row / others).mean()
+
+
+def set_llm_preference_loss(model, variant: Variant, inputs: dict, beta: float, margin: float, logits_only_for_response: bool = True):
+    """:func:`preference_loss` of a :class:`~setllm.training.collator.PreferenceCollator` batch: (loss, outputs)."""
+    logits, out = response_logits(model, variant, inputs, logits_only_for_response)
+    scores = mean_response_logprob(logits, inputs["labels"].to(logits.device))
+    return preference_loss(scores, inputs["group"].to(scores.device), inputs["chosen"].to(scores.device), beta, margin), out
 
 
 class SetLLMTrainer(Trainer):
     """A Trainer whose loss runs the model under a Set-LLM variant."""
 
-    def __init__(self, *args, variant: Variant, logits_only_for_response: bool = True, **kwargs):
+    def __init__(self, *args, variant: Variant, logits_only_for_response: bool = True, preference: tuple[float, float] | None = None,
+                 **kwargs):
+        """``preference``: (beta, margin) to train with :func:`preference_loss` instead of
+        cross-entropy (batches from :class:`~setllm.training.collator.PreferenceCollator`)."""
         super().__init__(*args, **kwargs)
         self.variant = variant
         self.logits_only_for_response = logits_only_for_response
-        # Our loss divides by the token count of the accumulated batch: tell the Trainer not
-        # to divide again by the accumulation steps.
-        self.model_accepts_loss_kwargs = True
+        self.preference = preference
+        # The cross-entropy divides by the token count of the accumulated batch: tell the
+        # Trainer not to divide again by the accumulation steps. The preference loss is a
+        # mean over the micro-batch's rows: the Trainer divides by the accumulation steps.
+        self.model_accepts_loss_kwargs = preference is None
         # Real tokens trained on, all ranks: those of earlier runs (resume) + this run's.
         self.tokens_seen, self._tokens_resumed, self._tokens_here = 0, 0, 0
         self._tokens_at_log, self._time_at_log = 0, time.perf_counter()
@@ -87,10 +127,13 @@ class SetLLMTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inner = self.accelerator.unwrap_model(model)
         target = model if inner is model else _Forwarder(model, inner)
-        loss, out = set_llm_loss(target, self.variant, inputs, num_items_in_batch, self.logits_only_for_response)
+        if self.preference is not None:
+            loss, out = set_llm_preference_loss(target, self.variant, inputs, *self.preference, self.logits_only_for_response)
+        else:
+            loss, out = set_llm_loss(target, self.variant, inputs, num_items_in_batch, self.logits_only_for_response)
         if model.training:
             self._tokens_here += int(inputs["valid"].sum())
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+        if self.preference is None and self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes  # DDP averages gradients; the count is global
         return (loss, out) if return_outputs else loss
 

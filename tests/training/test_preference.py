@@ -1,0 +1,111 @@
+"""``setllm train --objective preference`` on tiny random models: the loss is SimPO's on
+exactly the judge's ``mean`` readout, rows that do not fit are skipped whole, and a few steps
+rank the better candidates higher.
+
+Data: ``tests/fixtures/judge/ultrafeedback/train.jsonl`` (6 UltraFeedback pairs, see its README).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm.api import SetLLM
+from setllm.errors import InputError
+from setllm.readouts import JudgeRow, candidate_scores
+from setllm.training import TrainConfig, train
+from setllm.training.collator import PreferenceCollator, featurize_preferences
+from setllm.training.data import Example, judge_example, load_examples
+from setllm.training.trainer import mean_response_logprob, preference_loss, response_logits
+
+JUDGE_DATA = str(Path(__file__).parents[1] / "fixtures" / "judge")
+TRAIN_DATA = str(Path(__file__).parents[1] / "fixtures" / "train")
+ROW = {"instruction": "Name a fruit.", "candidates": ["a rock", "an apple", "a chair"], "label": 1}
+
+
+def row_example(row: dict = ROW) -> Example:
+    return judge_example(row, "literal")
+
+
+def test_the_loss_is_simpo_averaged_within_then_across_rows():
+    scores = torch.tensor([-1.0, -2.0, -0.5, -3.0, -2.5])  # row 0: better, 2 others; row 1: better, 1 other
+    group, chosen = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([True, False, False, True, False])
+    beta, margin = 2.0, 1.0
+    nll = lambda d: -math.log(1 / (1 + math.exp(-(beta * d - margin))))  # noqa: E731
+    want = ((nll(-1.0 + 2.0) + nll(-1.0 + 0.5)) / 2 + nll(-3.0 + 2.5)) / 2
+    assert preference_loss(scores, group, chosen, beta, margin).item() == pytest.approx(want, rel=1e-6)
+
+
+def test_a_judge_row_carries_its_other_candidates():
+    ex = row_example()
+    assert ex.response == "an apple" and ex.rejected == ("a rock", "a chair")
+    examples, _ = load_examples(["ultrafeedback-judge"], JUDGE_DATA)
+    assert all(len(e.rejected) == 1 and e.response not in e.rejected for e in examples)
+
+
+@pytest.mark.parametrize("variant", ["setmask-setpe", "causal-pe"])
+def test_the_trained_score_is_the_mean_readout(variant):
+    """What the loss ranks is what `setllm judge --readout mean` reads: each candidate's mean
+    log-likelihood after the judge prompt, computed by the inference path."""
+    lm = SetLLM(tiny_model(), tiny_tokenizer(), variant)
+    ex = row_example()
+    items, report = featurize_preferences(lm.codec, [ex], 512)
+    assert report.kept == 1 and len(items[0]["group"]) == 3
+    batch = PreferenceCollator(lm.variant.positions, lm.pad_id)(items)
+    assert batch["group"].tolist() == [0, 0, 0] and batch["chosen"].tolist() == [True, False, False]
+    with torch.no_grad():
+        logits, _ = response_logits(lm.model, lm.variant, batch)
+        trained = mean_response_logprob(logits, batch["labels"])
+    read = candidate_scores(lm, [JudgeRow(ROW["instruction"], tuple(ROW["candidates"]))], "mean")[0]
+    want = [read[1], read[0], read[2]]  # the better candidate first, then the others in order
+    torch.testing.assert_close(trained, torch.tensor(want), atol=1e-4, rtol=1e-4)
+
+
+def test_rows_that_do_not_fit_are_skipped_whole_and_other_data_is_refused():
+    lm = SetLLM(tiny_model(), tiny_tokenizer())
+    long = row_example({**ROW, "candidates": ["a rock", "an apple " * 60, "a chair"]})
+    items, report = featurize_preferences(lm.codec, [row_example(), long], 128)
+    assert report.kept == 1 and len(report.skipped) == 1 and "literal" in report.skipped[0]
+    mc, _ = load_examples(["piqa"], TRAIN_DATA, limit=1)
+    with pytest.raises(InputError, match="--objective preference trains on judge rows"):
+        featurize_preferences(lm.codec, mc, 512)
+
+
+def pairs_ranked(lm: SetLLM, examples: list[Example]) -> tuple[float, float]:
+    """(mean of s_better - s_other, the SimPO loss) over ``examples`` under the `mean` readout."""
+    items, _ = featurize_preferences(lm.codec, examples, 256)
+    batch = PreferenceCollator(lm.variant.positions, lm.pad_id)(items)
+    with torch.no_grad():
+        logits, _ = response_logits(lm.model, lm.variant, batch)
+        s = mean_response_logprob(logits, batch["labels"])
+        loss = preference_loss(s, batch["group"], batch["chosen"], 2.0, 1.0)
+    return float((s[batch["chosen"]] - s[~batch["chosen"]]).mean()), float(loss)
+
+
+def test_a_few_steps_rank_the_better_candidates_higher(tmp_path):
+    model, tok = tiny_model(), tiny_tokenizer()
+    examples, _ = load_examples(["ultrafeedback-judge"], JUDGE_DATA)
+    gap_before, loss_before = pairs_ranked(SetLLM(model, tok), examples)
+    cfg = TrainConfig(data="ultrafeedback-judge", data_dir=JUDGE_DATA, output_dir=str(tmp_path / "run"), objective="preference",
+                      max_steps=6, per_device_train_batch_size=2, learning_rate=1e-2, lora_alpha=16, max_length=256,
+                      logging_steps=1, save_steps=100, disable_tqdm=True)
+    result = train(cfg, model=model, tokenizer=tok)
+    gap_after, loss_after = pairs_ranked(SetLLM(model, tok), examples)
+    assert result.steps == 6 and result.examples == 4  # 2 of the 6 pairs exceed the tiny context
+    assert gap_after > gap_before + 0.05 and loss_after < loss_before, (gap_before, gap_after, loss_before, loss_after)  # measured: 0.018 -> 0.133, 1.29 -> 1.13
+    recorded = json.loads((tmp_path / "run" / "setllm.json").read_text())["training"]["config"]
+    assert recorded["objective"] == "preference" and recorded["preference_beta"] == 2.0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(objective="dpo"), "--objective must be one of sft, preference"),
+    (dict(objective="preference", preference_beta=0.0), "--preference-beta must be positive"),
+])
+def test_bad_preference_settings_are_clear_errors(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(data="ultrafeedback-judge", output_dir=str(tmp_path), **overrides)
