@@ -180,13 +180,19 @@ def test_shipped_adapter_reads_the_held_out_template_in_any_order(lm, task):
 
 
 def test_shipped_documents_adapter_answers_held_out_phrasings_in_any_order():
-    """Issue 20: key-value rows in the held-out phrasings (never in a training mix) get one
-    non-empty answer wherever the gold document sits."""
+    """Issue 20: four key-value rows in the held-out phrasings (never in a training mix) get
+    one answer wherever the gold document sits, and it is the right one (measured: 4 of 4;
+    the adapter answers 84-85% of such rows, docs/results.md)."""
     from setllm.api import default_adapter
+    from setllm.tasks.documents import exact_match
     from setllm.tasks.phrasings import kv_phrased
 
     lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
-    for row in kv_phrased("held-out", docs=4, n=2, seed=7):
+    rows = kv_phrased("held-out", docs=4, n=4, seed=7)
+    right = 0
+    for row in rows:
         docs = row["documents"]
         answers = {lm.answer(docs[i:] + docs[:i], row["question"]) for i in range(len(docs))}
-        assert len(answers) == 1 and answers.pop().strip(), (row["phrasing"], answers)
+        assert len(answers) == 1, (row["phrasing"], answers)
+        right += exact_match(answers.pop(), row["answer"])
+    assert right >= 3, right
