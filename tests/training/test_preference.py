@@ -109,3 +109,12 @@ def test_a_few_steps_rank_the_better_candidates_higher(tmp_path):
 def test_bad_preference_settings_are_clear_errors(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(data="ultrafeedback-judge", output_dir=str(tmp_path), **overrides)
+
+
+def test_the_cli_refuses_data_with_nothing_to_rank_before_loading_a_model(tmp_path, capsys):
+    from setllm.cli import main
+
+    code = main(["train", "--data", "piqa", "--data-dir", TRAIN_DATA, "--limit", "2", "--objective", "preference",
+                 "--model", "/nonexistent-model", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--objective preference trains on judge rows" in err and "nonexistent" not in err, err

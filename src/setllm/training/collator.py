@@ -79,12 +79,10 @@ def featurize_preferences(codec: Codec, examples: Sequence[Example], max_length:
     better candidate's feature first, then each other candidate's (the same prompt each
     time). A row is kept only if every candidate fits ``max_length`` whole: the loss reads
     each candidate's mean log-likelihood, which a cut response would change."""
+    check_rankable(examples)
     report = LengthReport()
     out = []
     for ex in examples:
-        if not ex.rejected:
-            raise InputError(f"{ex.where}: --objective preference trains on judge rows (ultrafeedback-judge, or JSONL rows with "
-                             "'instruction', 'candidates' and 'label'); this example has no other candidate to rank below its response")
         try:
             enc = codec.encode(ex.prompt)
         except PromptError as e:
@@ -100,6 +98,14 @@ def featurize_preferences(codec: Codec, examples: Sequence[Example], max_length:
         out.append({"input_ids": max((g["input_ids"] for g in group), key=len), "group": group})
         report.kept += 1
     return out, report
+
+
+def check_rankable(examples: Sequence[Example]) -> None:
+    """``--objective preference`` needs judge rows: refuse the first example with nothing to rank."""
+    for ex in examples:
+        if not ex.rejected:
+            raise InputError(f"{ex.where}: --objective preference trains on judge rows (ultrafeedback-judge, or JSONL rows with "
+                             "'instruction', 'candidates' and 'label'); this example has no other candidate to rank below its response")
 
 
 def feature(enc: EncodedPrompt, resp: Sequence[int]) -> dict:

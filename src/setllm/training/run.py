@@ -32,7 +32,7 @@ from ..loading import (
 )
 from ..runtime import check_length, check_model
 from ..variants import get_variant
-from .collator import PreferenceCollator, SetCollator, featurize, featurize_preferences
+from .collator import PreferenceCollator, SetCollator, check_rankable, featurize, featurize_preferences
 from .config import TrainConfig
 from .data import load_examples
 from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, SetLLMTrainer
@@ -178,6 +178,8 @@ def _train(cfg: TrainConfig, out: Path, callbacks, model, tokenizer, world: rund
                   "(--overwrite starts it over)", file=sys.stderr)
         return done
     examples, load_report = load_examples(cfg.specs, cfg.data_dir, cfg.limit, cfg.sample_seed, cfg.skip_bad)
+    if cfg.objective == "preference":
+        check_rankable(examples)  # before the model loads
     model, tokenizer = build_model(cfg, model, tokenizer)
     check_length(model.config, cfg.max_length)
     check_model(model, cfg.allow_untested)
