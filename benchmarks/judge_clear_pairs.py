@@ -41,7 +41,9 @@ def main() -> None:
         adapter, _, readout = rest.rpartition(":")
         if not (name and adapter and readout):
             p.error(f"--judge {spec!r}: give NAME=ADAPTER:READOUT")
-        lm = loaded.setdefault(adapter, SetLLM.from_pretrained(adapter=adapter, kind="judge"))
+        if adapter not in loaded:  # one load per adapter, however many readouts read it
+            loaded[adapter] = SetLLM.from_pretrained(adapter=adapter, kind="judge")
+        lm = loaded[adapter]
         marks, same = [], 0
         for instruction, better, worse in PAIRS:
             a = lm.judge(instruction, [better, worse], readout=readout).best

@@ -44,17 +44,21 @@ def response_columns(labels: torch.Tensor) -> int:
     return int((labels != IGNORE).sum(dim=1).max())
 
 
-def response_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | int | None = None) -> torch.Tensor:
-    """Cross-entropy on response tokens only.
+def shifted(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits [B, R+1, V]`` are the last R+1 columns; column j predicts token j+1, so the
+    first R predict the last R label columns: (their logits [B*R, V] in fp32, targets [B, R]).
+    Prompt and padding labels are -100."""
+    r = logits.shape[1] - 1
+    return logits[:, :-1].flatten(0, 1).float(), labels[:, -r:]
 
-    ``logits [B, R+1, V]`` are the last R+1 columns; column j predicts token j+1, so the
-    first R predict the last R label columns. Prompt and padding labels are -100. Divided
-    by ``num_items`` (response tokens in the whole accumulated batch) when given, so that
+
+def response_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | int | None = None) -> torch.Tensor:
+    """Cross-entropy on response tokens only (``logits`` as in :func:`shifted`). Divided by
+    ``num_items`` (response tokens in the whole accumulated batch) when given, so that
     gradient accumulation weighs every token equally.
     """
-    r = logits.shape[1] - 1
-    targets = labels[:, -r:]  # [B, R]
-    total = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+    predicted, targets = shifted(logits, labels)
+    total = F.cross_entropy(predicted, targets.flatten(), ignore_index=IGNORE, reduction="sum")
     return total / (num_items if num_items is not None else (targets != IGNORE).sum().clamp(min=1))
 
 
@@ -74,12 +78,10 @@ def set_llm_loss(model, variant: Variant, inputs: dict, num_items=None, logits_o
 
 def mean_response_logprob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """[B]: each row's mean log-likelihood per response token (the judge's ``mean`` readout);
-    ``logits`` as in :func:`response_loss`."""
-    r = logits.shape[1] - 1
-    targets = labels[:, -r:]
-    nll = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="none")
-    counts = (targets != IGNORE).sum(dim=1)
-    return -nll.view_as(targets).sum(dim=1) / counts.clamp(min=1)
+    ``logits`` as in :func:`shifted`."""
+    predicted, targets = shifted(logits, labels)
+    nll = F.cross_entropy(predicted, targets.flatten(), ignore_index=IGNORE, reduction="none").view_as(targets)
+    return -nll.sum(dim=1) / (targets != IGNORE).sum(dim=1).clamp(min=1)
 
 
 def preference_loss(scores: torch.Tensor, group: torch.Tensor, chosen: torch.Tensor, beta: float, margin: float) -> torch.Tensor:
