@@ -14,6 +14,9 @@
 #                                             the shipped specialised set (choose adapter, documents adapter)
 #   benchmarks/general_adapter.sh framed      the choose adapter's recipe with questions in several frames
 #                                             (setllm data mc-framed), runs/general/adapters/choose-framed-bf16
+#   benchmarks/general_adapter.sh wise        the shipped choose adapter's delta scaled by WISE_SCALE (0.5), a
+#                                             weight-space ensemble with the base model (`setllm export adapter
+#                                             --scale`), on the multiple-choice grid: runs/general/eval/choose-wise-S
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
@@ -90,7 +93,7 @@ evaluate() {  # evaluate NAME ADAPTER VARIANT
           --adapter "$adapter" --variant "$variant" --seed 0 "${extra[@]}" --out "$out" --no_progress
       done
     done
-    documents "$name" "$adapter" "$variant" "$seed"
+    [ "${SKIP_DOCS:-0}" = 1 ] || documents "$name" "$adapter" "$variant" "$seed"
   done
 }
 
@@ -143,16 +146,25 @@ documents_phrased() {
   done
 }
 
+# WiSE-FT (Wortsman et al. 2022) on the shipped choose adapter: the base weights plus WISE_SCALE
+# times its trained delta, the paper's untuned middle (0.5), not picked on this grid. Documents
+# are read by the documents adapter on every route, so only the multiple-choice cells are run.
+wise() {
+  local scale=${WISE_SCALE:-0.5} out=$RUNS/adapters/choose-wise-${WISE_SCALE:-0.5}
+  [ -f "$out/adapter_model.safetensors" ] || run setllm export adapter src/setllm/adapters/smollm2-135m-setllm "$out" --dtype bf16 --scale "$scale"
+  SKIP_DOCS=1 evaluate "choose-wise-$scale" "$out" setmask-setpe
+}
+
 baselines() {
   evaluate untrained-set none setmask-setpe
   evaluate untrained-causal none causal-pe
 }
 
 case "${1:-}" in
-  data|ultra|mixed|baselines|framed) "$1" ;;
+  data|ultra|mixed|baselines|framed|wise) "$1" ;;
   causal-documents) causal_documents ;;
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|all" >&2; exit 2 ;;
 esac

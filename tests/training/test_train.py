@@ -22,6 +22,7 @@ from setllm.api import SetLLM
 from setllm.batch import collate
 from setllm.cli import main
 from setllm.data import DataError
+from setllm.errors import InputError
 from setllm.loading import EMBEDDED_HUB_ID
 from setllm.prompt import Set, as_prompt
 from setllm.runtime import attention_mask
@@ -226,6 +227,19 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
     lm = SetLLM.from_pretrained(str(base), adapter=str(shipped))
     assert lm.variant.name == "prefix-setpe"
     torch.testing.assert_close(lm.logits(PARIS.prompt, "Paris"), want, atol=2e-2, rtol=0)
+    # Scaled exports (WiSE-FT): S=0 is the base model bit for bit (the merged delta is exactly
+    # zero), S=0.5 halves every B matrix and records the scale; outside [0, 1] is refused.
+    none = export_adapter(tmp_path / "run", tmp_path / "s0", dtype="float32", scale=0.0)
+    base_only = SetLLM.from_pretrained(str(base), variant="prefix-setpe")
+    assert torch.equal(SetLLM.from_pretrained(str(base), adapter=str(none)).logits(PARIS.prompt, "Paris"), base_only.logits(PARIS.prompt, "Paris"))
+    half = export_adapter(tmp_path / "run", tmp_path / "s05", dtype="float32", scale=0.5)
+    trained, halved = load_file(tmp_path / "run" / "adapter_model.safetensors"), load_file(half / "adapter_model.safetensors")
+    assert all(torch.equal(halved[k], v * 0.5 if "lora_B" in k else v) for k, v in trained.items())
+    assert json.loads((half / "setllm.json").read_text())["delta_scale"] == 0.5
+    assert "delta_scale" not in json.loads((shipped / "setllm.json").read_text())
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(InputError, match=r"--scale must be in \[0, 1\]"):
+            export_adapter(tmp_path / "run", tmp_path / "bad", scale=bad)
 
 
 def test_trained_metadata_is_restored_and_an_explicit_mismatch_warns(tmp_path):

@@ -33,6 +33,9 @@ def add_parser(sub, name: str = "export"):
     a.add_argument("src", metavar="RUN_DIR")
     a.add_argument("dest", metavar="DEST_DIR")
     a.add_argument("--dtype", default="bf16", choices=["bf16", "float32"], help="weight dtype (default: bf16, half the size)")
+    a.add_argument("--scale", type=float, default=1.0, metavar="S",
+                   help="ship the base weights plus S times the trained delta, 0 <= S <= 1 (a weight-space ensemble "
+                        "with the base model, WiSE-FT; default: 1, the adapter as trained)")
     a.set_defaults(func=cmd_export_adapter)
     return p
 
@@ -48,5 +51,5 @@ def cmd_export_data(args) -> int:
 def cmd_export_adapter(args) -> int:
     from ..training.export import export_adapter
 
-    print(f"adapter -> {export_adapter(args.src, args.dest, args.dtype)}", file=sys.stderr)
+    print(f"adapter -> {export_adapter(args.src, args.dest, args.dtype, args.scale)}", file=sys.stderr)
     return 0

@@ -30,12 +30,19 @@ def export_split(dataset: str, template: str, out: str | Path, split: str = "tra
     return len(records)
 
 
-def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Path:
+def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16", scale: float = 1.0) -> Path:
     """Copy what loading needs (adapter config, weights, setllm.json) to ``dest``, the weights
     cast to ``dtype`` (bf16 halves the size; LoRA deltas are small, so the loss is in the
-    low bits): no checkpoints, no pickles, no generated model card."""
+    low bits): no checkpoints, no pickles, no generated model card.
+
+    ``scale`` < 1 ships the base weights plus ``scale`` times the trained LoRA delta: a
+    weight-space ensemble of the base and the finetuned model (WiSE-FT, Wortsman et al. 2022),
+    which keeps more of the base model's behaviour on formats the training data never had.
+    The delta is B @ A, so only the B matrices are multiplied; ``setllm.json`` records it."""
     from safetensors.torch import load_file, save_file
 
+    if not 0.0 <= scale <= 1.0:  # also refuses NaN
+        raise InputError(f"--scale must be in [0, 1] (0: the base model, 1: the trained adapter), got {scale}")
     src, dest = Path(src), Path(dest)
     missing = [n for n in ("adapter_config.json", "adapter_model.safetensors", METADATA_FILE) if not (src / n).is_file()]
     if missing:
@@ -44,8 +51,13 @@ def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16") -> Pa
     for name in ("adapter_config.json", METADATA_FILE):
         shutil.copyfile(src / name, dest / name)
     make_adapter_portable(dest, AdapterInfo.read(src).base_model)
+    if scale != 1.0:
+        meta = json.loads((dest / METADATA_FILE).read_text(encoding="utf-8"))
+        meta["delta_scale"] = meta.get("delta_scale", 1.0) * scale  # scaling a scaled export composes
+        (dest / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     weights = load_file(src / "adapter_model.safetensors")
     cast = {"bf16": torch.bfloat16, "float32": torch.float32}[dtype]
+    weights = {k: v.float() * scale if "lora_B" in k else v for k, v in weights.items()}
     save_file({k: v.to(cast).contiguous() for k, v in weights.items()}, dest / "adapter_model.safetensors", metadata={"format": "pt"})
     (dest / "adapter_model.safetensors").chmod(0o644)  # package data: readable by every user
     return dest
