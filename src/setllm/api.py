@@ -186,6 +186,14 @@ class SetLLM:
         return self.options.batch_size
 
     @property
+    def judge_readout(self) -> str:
+        """The readout :meth:`judge` uses unless told: the one the adapter was trained for
+        (``setllm.json``), else :data:`setllm.readouts.DEFAULT_READOUT`."""
+        from .readouts import DEFAULT_READOUT
+
+        return self.origin.trained_as.readout or DEFAULT_READOUT
+
+    @property
     def pad_id(self) -> int:
         return self.codec.pad_id
 
@@ -248,25 +256,26 @@ class SetLLM:
 
     # -- judge --------------------------------------------------------------------------
     def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0,
-              readout: str = "likelihood") -> Verdict:
+              readout: str | None = None) -> Verdict:
         """Which candidate response to ``instruction`` is best (see :mod:`setllm.tasks.judge`).
 
         The candidates are one set with identical, unnamed framing, and ``readout`` (one of
-        :data:`setllm.readouts.READOUTS`) gives each the same computation: under an invariant
-        variant the verdict and every score are the same in any order. Two best scores
-        within ``tie_margin`` are a tie.
+        :data:`setllm.readouts.READOUTS`; default: :attr:`judge_readout`) gives each the same
+        computation: under an invariant variant the verdict and every score are the same in
+        any order. Two best scores within ``tie_margin`` are a tie.
         """
         return self.judge_many([(instruction, candidates, input)], tie_margin, readout)[0]
 
     def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0,
-                   readout: str = "likelihood") -> list[Verdict]:
+                   readout: str | None = None) -> list[Verdict]:
         """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
         from .readouts import JudgeRow, candidate_scores
 
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
         judged = [JudgeRow(instr, tuple(check_candidates(c)), inp) for instr, c, inp in rows]
-        return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(candidate_scores(self, judged, readout), judged)]
+        scores = candidate_scores(self, judged, readout or self.judge_readout)
+        return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
 
     # -- documents ----------------------------------------------------------------------
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:

@@ -15,9 +15,9 @@ from setllm.serve import ServeConfig, create_app
 
 
 @contextlib.contextmanager
-def serving(lm, **config):
+def serving(lm, judge_lm=None, **config):
     """A started app (lifespan run) and a client for it."""
-    app = create_app(lm, ServeConfig(**config))
+    app = create_app(lm, ServeConfig(**config), judge_lm=judge_lm)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
 

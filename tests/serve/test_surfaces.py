@@ -93,6 +93,21 @@ def test_the_server_judges_with_each_readout_as_the_library_does(lm):
     assert bad.status_code == 422 and "likelihood" in bad.text
 
 
+def test_the_judge_route_reads_with_the_readout_its_adapter_was_trained_for(lm):
+    """A judge adapter trained with ``--objective preference`` records ``readout: mean`` in its
+    setllm.json; a request that names no readout gets that one, as `setllm judge` does."""
+    from setllm import SetLLM
+    from setllm.loading import AdapterInfo, Origin
+
+    trained_mean = SetLLM(lm.model, lm.tokenizer, lm.variant, origin=Origin("tiny", trained_as=AdapterInfo(readout="mean")))
+    body = {"instruction": JUDGE_INSTRUCTION, "candidates": JUDGE_CANDIDATES}
+    want = lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES, readout="mean").scores
+    assert want != lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores  # the two readouts differ here: the test can fail
+    with serving(lm, judge_lm=trained_mean) as client:
+        assert client.post("/v1/judge", json=body).json()["scores"] == want
+        assert client.post("/v1/judge", json={**body, "readout": "likelihood"}).json()["scores"] == lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores
+
+
 def test_the_judge_route_reads_with_its_own_model_and_the_other_routes_with_the_main_one(lm, wide_lm):
     """`setllm serve` with the shipped adapters loads the judge adapter for /v1/judge (what
     `setllm judge` reads with) beside the choose adapter for every other route; two tiny

@@ -118,3 +118,45 @@ def test_the_cli_refuses_data_with_nothing_to_rank_before_loading_a_model(tmp_pa
                  "--model", "/nonexistent-model", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and "--objective preference trains on judge rows" in err and "nonexistent" not in err, err
+
+
+def test_a_judge_trained_to_rank_is_read_with_its_readout_by_default(tmp_path, capsys):
+    """The run records ``readout: mean`` in setllm.json; loading it, `judge`, `setllm judge` and
+    `eval --dataset ultrafeedback-pairs` then read with `mean` unless told otherwise."""
+    from setllm.cli import main
+    from setllm.evaluation import EvalConfig, run_eval
+
+    model_dir = str(tmp_path / "base")  # a context wide enough for the fixture's longest pair
+    tiny_model("llama", max_position_embeddings=1024).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    cfg = TrainConfig(data="ultrafeedback-judge", data_dir=JUDGE_DATA, output_dir=str(tmp_path / "run"), model=model_dir,
+                      objective="preference", max_steps=2, per_device_train_batch_size=2, learning_rate=1e-2, lora_alpha=16,
+                      max_length=256, save_steps=100, disable_tqdm=True)
+    train(cfg, model=tiny_model("llama", max_position_embeddings=1024), tokenizer=tiny_tokenizer())
+    assert json.loads((tmp_path / "run" / "setllm.json").read_text())["readout"] == "mean"
+    lm = SetLLM.from_pretrained(model_dir, adapter=str(tmp_path / "run"))
+    assert lm.judge_readout == "mean" and lm.with_options(batch_size=2).judge_readout == "mean"
+    instruction, cands = ROW["instruction"], ROW["candidates"]
+    mean, likelihood = (lm.judge(instruction, cands, readout=r).scores for r in ("mean", "likelihood"))
+    assert lm.judge(instruction, cands).scores == mean != likelihood
+    assert main(["judge", instruction, "--candidates", *cands, "--model", model_dir, "--adapter", str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scores"] == pytest.approx(mean, abs=1e-5)  # a fresh load: same computation, tolerance for threads
+    got = run_eval(lm, EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=JUDGE_DATA, out=str(tmp_path / "eval"), progress=False))
+    told = run_eval(lm, EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=JUDGE_DATA, out=str(tmp_path / "told"),
+                                   readout="mean", progress=False))
+    assert json.loads((tmp_path / "eval" / "run.json").read_text())["readout"] == "mean"
+    assert got["accuracy"] == told["accuracy"]
+    picks = [[{k: r[k] for k in ("id", "predictions", "logprobs")} for r in map(json.loads, (tmp_path / d / "predictions.jsonl").open())]
+             for d in ("eval", "told")]
+    assert picks[0] == picks[1]  # the same scores, bit for bit (the same computation)
+
+
+def test_an_unknown_recorded_readout_is_a_load_error(model_dir, tmp_path):
+    from setllm.errors import ModelLoadError
+    from setllm.loading import AdapterInfo
+
+    AdapterInfo(model_dir, "setmask-setpe").write(tmp_path)
+    assert "readout" not in json.loads((tmp_path / "setllm.json").read_text())  # nothing recorded: nothing written
+    (tmp_path / "setllm.json").write_text(json.dumps({"variant": "setmask-setpe", "readout": "vibes"}))
+    with pytest.raises(ModelLoadError, match="unknown readout 'vibes'"):
+        AdapterInfo.read(tmp_path)

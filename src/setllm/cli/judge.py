@@ -25,8 +25,9 @@ def add_parser(sub, name: str = "judge"):
     p.add_argument("--candidates", nargs="+", metavar="TEXT", help="the candidate responses (at least two)")
     p.add_argument("--task-input", metavar="TEXT", help="the instruction's input, if any (shown under it)")
     p.add_argument("--tie-margin", type=float, default=0.0, metavar="X", help="best two scores within X nats are a tie (default: 0)")
-    p.add_argument("--readout", default=DEFAULT_READOUT, choices=list(READOUTS),
-                   help=f"how candidates are scored (setllm.readouts; docs/judging.md); default: {DEFAULT_READOUT}")
+    p.add_argument("--readout", choices=list(READOUTS),
+                   help=f"how candidates are scored (setllm.readouts; docs/judging.md); default: the one the adapter "
+                        f"was trained for (its setllm.json), else {DEFAULT_READOUT}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_file_job_flags(p, "JSONL of rows to judge (see above); verdicts go to --output", "JSONL of verdicts, in input order")
     p.set_defaults(func=cmd_judge)

@@ -43,7 +43,7 @@ class EvalConfig:
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
     readout: str | None = field(default=None, metadata=_help(
-        "judge datasets: how candidates are scored (setllm.readouts); default: likelihood", choices=list(READOUTS)))
+        "judge datasets: how candidates are scored (setllm.readouts); default: the one the adapter was trained for, else likelihood", choices=list(READOUTS)))
     skip_bad: bool = field(default=False, metadata=_help("skip malformed records (counted, the first named) instead of stopping"))
     limit: int | None = field(default=None, metadata=_help("evaluate at most N questions", metavar="N"))
     subset_seed: int | None = field(default=None, metadata=_help("with --limit: a seeded random subset instead of the first N", metavar="S"))

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..data import MCRecord
 from ..errors import InputError, SetLLMError
 from ..runtime import weights_fingerprint
 from ..scoring import OptionScore
-from ..tasks import MCTask, Template, get_task, load_records
+from ..tasks import JUDGE_TASKS, MCTask, Template, get_task, load_records
 from ..tasks.base import shown
 from . import store
 from .config import EvalConfig
@@ -84,6 +84,8 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     ``records`` default to those ``cfg`` names. A rerun with the same ``--out`` resumes.
     """
     task = get_task(cfg.dataset)
+    if cfg.readout is None and cfg.dataset in JUDGE_TASKS and lm.origin.trained_as.readout:  # read as trained (setllm.json)
+        cfg = replace(cfg, readout=lm.origin.trained_as.readout)
     source = (meta or {}).get("source", "given")
     if records is None:
         records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed, cfg.skip_bad)

@@ -33,6 +33,8 @@ class AdapterInfo:
         template: the prompt template of its training data.
         chat: whether prompts were wrapped in the chat template.
         eos: whether responses ended with EOS (then options are scored as text + EOS).
+        readout: the judge readout it was trained to be read with (``--objective preference``
+            trains the ``mean`` readout); None: the default.
     """
 
     base_model: str | None = None
@@ -40,6 +42,7 @@ class AdapterInfo:
     template: str | None = None
     chat: bool = False
     eos: bool = True  # every setllm version trained with EOS; older files lack the key
+    readout: str | None = None
 
     @classmethod
     def read(cls, adapter_dir: str | Path) -> AdapterInfo:
@@ -50,15 +53,19 @@ class AdapterInfo:
             data = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
-            info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos") if k in data})
+            info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos", "readout") if k in data})
         except (ValueError, TypeError, UnicodeDecodeError) as e:
             raise ModelLoadError(f"{path}: not a valid setllm.json ({str(e).splitlines()[0]})") from None
         if info.variant is not None and info.variant not in VARIANTS:
             raise ModelLoadError(f"{path}: unknown variant {info.variant!r}")
+        from ..readouts import READOUTS  # imported late: readouts imports the tasks
+
+        if info.readout is not None and info.readout not in READOUTS:
+            raise ModelLoadError(f"{path}: unknown readout {info.readout!r} (known: {', '.join(READOUTS)})")
         return info
 
     def write(self, adapter_dir: str | Path, **extra) -> None:
-        payload = {**dataclasses.asdict(self), **extra}
+        payload = {k: v for k, v in dataclasses.asdict(self).items() if not (k == "readout" and v is None)} | extra
         (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
 
     def check_template(self, asked: str) -> None:

@@ -69,7 +69,8 @@ class JudgeRequest(Request):
     instruction: str = Field(min_length=1)
     input: str | None = None
     candidates: list[str] = Field(min_length=2, description="the candidate responses, read as a set with identical, unnamed framing")
-    readout: ReadoutName = Field(default=DEFAULT_READOUT, description="how scores are read (setllm.readouts)")
+    readout: ReadoutName | None = Field(default=None, description="how scores are read (setllm.readouts); default: the one the "
+                                       f"judge adapter was trained for, else {DEFAULT_READOUT}")
 
 
 class JudgeResponse(BaseModel):

@@ -17,7 +17,7 @@ from ..chat import chat_prompt
 from ..generation import GenerationConfig
 from ..markup import parse_markup
 from ..prompt import SetPrompt, as_prompt
-from ..readouts import DEFAULT_READOUT, JudgeRow, get_readout
+from ..readouts import JudgeRow, get_readout
 from ..templates import mc_prompt, options_of
 from .batcher import Batcher
 from .config import ServeConfig
@@ -83,12 +83,12 @@ class Service:
         return options, pick(scores.option_scores(options)).index, scores
 
     async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None,
-                    readout: str = DEFAULT_READOUT) -> tuple[list[int], list[float]]:
+                    readout: str | None = None) -> tuple[list[int], list[float]]:
         """The ranking (best first) and scores of candidate responses under ``readout``
-        (:mod:`setllm.readouts`); equal scores rank by candidate text, so the ranking cannot
-        depend on their order."""
+        (:mod:`setllm.readouts`; default: the judge model's, as ``setllm judge``); equal
+        scores rank by candidate text, so the ranking cannot depend on their order."""
         self._check_count(candidates)
-        r = get_readout(readout)
+        r = get_readout(readout or self.judge_lm.judge_readout)
         row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
         asks = r.asks(row)
         asked = await asyncio.gather(*(self.score(prompt, options, "judge") for prompt, options in asks))

@@ -243,7 +243,8 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": cfg.recorded(),
     }
-    AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True).write(out, training=summary)
+    readout = "mean" if cfg.objective == "preference" else None  # what the preference loss trained: read it so by default
+    AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
 
 
 def _final_loss(trainer, output=None) -> float | None:
