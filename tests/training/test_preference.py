@@ -140,7 +140,9 @@ def test_a_judge_trained_to_rank_is_read_with_its_readout_by_default(tmp_path, c
     mean, likelihood = (lm.judge(instruction, cands, readout=r).scores for r in ("mean", "likelihood"))
     assert lm.judge(instruction, cands).scores == mean != likelihood
     assert main(["judge", instruction, "--candidates", *cands, "--model", model_dir, "--adapter", str(tmp_path / "run"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["scores"] == pytest.approx(mean, abs=1e-5)  # a fresh load: same computation, tolerance for threads
+    said = capsys.readouterr()
+    assert json.loads(said.out)["scores"] == pytest.approx(mean, abs=1e-5)  # a fresh load: same computation, tolerance for threads
+    assert said.err.strip().endswith("variant setmask-setpe, readout mean")
     got = run_eval(lm, EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=JUDGE_DATA, out=str(tmp_path / "eval"), progress=False))
     told = run_eval(lm, EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=JUDGE_DATA, out=str(tmp_path / "told"),
                                    readout="mean", progress=False))

@@ -175,9 +175,11 @@ def add_file_job_flags(p: argparse.ArgumentParser, input_help: str, output_help:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
 
 
-def describe(lm) -> str:
-    """Which model, adapter and variant answer (said on stderr by every answering command)."""
-    return f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
+def describe(lm, kind: str = "choose", readout: str | None = None) -> str:
+    """Which model, adapter and variant answer (said on stderr by every answering command);
+    a judge also says its readout (asked, else the one the adapter was trained for)."""
+    said = f"setllm: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
+    return said + (f", readout {readout or lm.judge_readout}" if kind == "judge" else "")
 
 
 def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose",
@@ -197,7 +199,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
     left = jsonl_job.todo(read.rows, args.output, args.overwrite)
     if left:
         lm = load_setllm(args, progress=False, kind=kind)
-        print(describe(lm), file=sys.stderr)
+        print(describe(lm, kind, (settings or {}).get("readout")), file=sys.stderr)
         jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows))
     skipped = f", {len(read.skipped)} skipped as bad" if read.skipped else ""
     print(f"{len(left)} {verb}, {len(read.rows) - len(left)} already in {args.output}{skipped}", file=sys.stderr)

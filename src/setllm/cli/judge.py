@@ -45,7 +45,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
     candidates = check_candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")
-    print(describe(lm), file=sys.stderr)
+    print(describe(lm, "judge", args.readout), file=sys.stderr)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin, readout=args.readout)
     if args.json:  # indices into the candidates, as --input, the server and Python give them
         print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
