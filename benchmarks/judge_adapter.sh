@@ -2,8 +2,10 @@
 # The judge adapters for the embedded model and their measurement (issue 11).
 #
 #   benchmarks/judge_adapter.sh pairs                 the UltraFeedback test pairs that fit 448 tokens
-#   benchmarks/judge_adapter.sh build VARIANT         train a judge adapter (setmask-setpe or causal-pe)
-#   benchmarks/judge_adapter.sh preference VARIANT    a judge adapter trained on ranking (issue 19, below)
+#   benchmarks/judge_adapter.sh build VARIANT         train a judge adapter to write the better response (setmask-setpe
+#                                                     or causal-pe; the setmask-setpe one was shipped until session 13)
+#   benchmarks/judge_adapter.sh preference VARIANT    a judge adapter trained on ranking (issue 19, below; setmask-setpe:
+#                                                     the shipped src/setllm/adapters/smollm2-135m-judge since session 13)
 #   benchmarks/judge_adapter.sh evaluate NAME ADAPTER VARIANT
 #   benchmarks/judge_adapter.sh all                   every step above, then the five table rows
 #   benchmarks/judge_adapter.sh table                 the four rows any model has (no shipped adapter)

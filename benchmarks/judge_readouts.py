@@ -37,7 +37,7 @@ from setllm.variants import get_variant
 
 JUDGES = {  # name -> (variant, adapter, orders scored)
     "set": ("setmask-setpe", "none", 1),
-    "set-judge": ("setmask-setpe", "auto", 1),  # the shipped judge adapter (kind="judge")
+    "set-judge": ("setmask-setpe", "auto", 1),  # the shipped judge adapter (kind="judge"); before session 13 the SFT one, now sft-judge.jsonl
     "causal": ("causal-pe", "none", 2),
 }
 
@@ -112,12 +112,29 @@ def run_judge(name: str, pairs: list[dict], out: Path, parts: set[str], score: b
         variant, adapter, orders = JUDGES[name]
         lm = SetLLM.from_pretrained(model, adapter=adapter, variant=variant, kind="judge")
         print(f"{name}: {lm.origin.model}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}", file=sys.stderr)
+        check_same_weights(path, lm, bool(done))
         with path.open("a", encoding="utf-8") as f:
             for p in tqdm(todo, desc=name, file=sys.stderr):
                 done[p["id"]] = raw_scores(lm, p, orders, parts)
                 f.write(json.dumps({"id": p["id"], "raw": done[p["id"]]}) + "\n")
                 f.flush()
     return done
+
+
+def check_same_weights(path: Path, lm: SetLLM, resuming: bool) -> None:
+    """A judge's raw scores are resumed only under the weights that gave them (a shipped
+    adapter replaced under the same judge name must not mix with its predecessor's scores):
+    ``<name>.weights`` beside them holds the fingerprint; a file older than that record is
+    taken as given once, with a warning."""
+    from setllm.runtime import weights_fingerprint
+
+    stamp, now = path.with_suffix(".weights"), weights_fingerprint(lm.model)
+    if stamp.exists() and stamp.read_text().strip() != now:
+        sys.exit(f"error: {path} holds scores of other weights ({stamp.read_text().strip()}, now {now}): "
+                 "name this judge differently (--adapter NAME=PATH) or move the file away")
+    if resuming and not stamp.exists():
+        print(f"warning: {path} has no weights record; assuming its scores came from these weights ({now})", file=sys.stderr)
+    stamp.write_text(now + "\n")
 
 
 def pick(scores: list[float], cands: list[str]) -> int:
