@@ -150,7 +150,8 @@ documents_phrased() {
 # times its trained delta, the paper's untuned middle (0.5), not picked on this grid. Documents
 # are read by the documents adapter on every route, so only the multiple-choice cells are run.
 wise() {
-  local scale=${WISE_SCALE:-0.5} out=$RUNS/adapters/choose-wise-${WISE_SCALE:-0.5}
+  local scale=${WISE_SCALE:-0.5}
+  local out=$RUNS/adapters/choose-wise-$scale
   [ -f "$out/adapter_model.safetensors" ] || run setllm export adapter src/setllm/adapters/smollm2-135m-setllm "$out" --dtype bf16 --scale "$scale"
   SKIP_DOCS=1 evaluate "choose-wise-$scale" "$out" setmask-setpe
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_model, tiny_tokenizer
+from tiny import saved, tiny_model, tiny_tokenizer
 
 from setllm.api import SetLLM
 from setllm.errors import InputError
@@ -126,13 +126,12 @@ def test_a_judge_trained_to_rank_is_read_with_its_readout_by_default(tmp_path, c
     from setllm.cli import main
     from setllm.evaluation import EvalConfig, run_eval
 
-    model_dir = str(tmp_path / "base")  # a context wide enough for the fixture's longest pair
-    tiny_model("llama", max_position_embeddings=1024).save_pretrained(model_dir)
-    tiny_tokenizer().save_pretrained(model_dir)
+    model = tiny_model("llama", max_position_embeddings=1024)  # a context wide enough for the fixture's longest pair
+    model_dir = saved(model, tmp_path / "base")
     cfg = TrainConfig(data="ultrafeedback-judge", data_dir=JUDGE_DATA, output_dir=str(tmp_path / "run"), model=model_dir,
                       objective="preference", max_steps=2, per_device_train_batch_size=2, learning_rate=1e-2, lora_alpha=16,
                       max_length=256, save_steps=100, disable_tqdm=True)
-    train(cfg, model=tiny_model("llama", max_position_embeddings=1024), tokenizer=tiny_tokenizer())
+    train(cfg, model=model, tokenizer=tiny_tokenizer())
     assert json.loads((tmp_path / "run" / "setllm.json").read_text())["readout"] == "mean"
     lm = SetLLM.from_pretrained(model_dir, adapter=str(tmp_path / "run"))
     assert lm.judge_readout == "mean" and lm.with_options(batch_size=2).judge_readout == "mean"
