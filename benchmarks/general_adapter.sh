@@ -17,6 +17,9 @@
 #   benchmarks/general_adapter.sh wise        the shipped choose adapter's delta scaled by WISE_SCALE (0.5), a
 #                                             weight-space ensemble with the base model (`setllm export adapter
 #                                             --scale`), on the multiple-choice grid: runs/general/eval/choose-wise-S
+#   benchmarks/general_adapter.sh ultra-choose
+#                                             the shipped choose recipe started from a longer Ultra stage
+#                                             (UC_ULTRA_N rows, 1600), exported in bf16, on the multiple-choice grid
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
@@ -156,6 +159,22 @@ wise() {
   SKIP_DOCS=1 evaluate "choose-wise-$scale" "$out" setmask-setpe
 }
 
+# The shipped choose recipe on top of the paper's Ultra stage, the Ultra stage of Table A
+# (reproduce.sh step ultra: same flags) on UC_ULTRA_N UltraFeedback rows instead of 400: that
+# one ended before the Set-LLM had adapted to reading prompts both ways (loss 2.70 vs 1.80).
+# Beside the shipped adapter (the same recipe from the base model) this is the Ultra stage's
+# effect on the shipped recipe.
+ultra_choose() {
+  local n=${UC_ULTRA_N:-1600} recipe=src/setllm/adapters/smollm2-135m-setllm.yaml out=$RUNS/adapters/choose-ultra
+  local ultra; ultra=$(RUNS=$RUNS/ultra-$n ULTRA_N=$n benchmarks/reproduce.sh step ultra setmask-setpe)
+  if [ ! -f "$out-bf16/adapter_model.safetensors" ]; then
+    local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+    [ -f "$out/adapter_model.safetensors" ] || run setllm train --config "$recipe" --init-adapter "$ultra" --out "$out" --no-progress "${resume[@]}"
+    run setllm export adapter "$out" "$out-bf16" --dtype bf16
+  fi
+  SKIP_DOCS=1 evaluate choose-ultra "$out-bf16" setmask-setpe
+}
+
 baselines() {
   evaluate untrained-set none setmask-setpe
   evaluate untrained-causal none causal-pe
@@ -164,8 +183,9 @@ baselines() {
 case "${1:-}" in
   data|ultra|mixed|baselines|framed|wise) "$1" ;;
   causal-documents) causal_documents ;;
+  ultra-choose) ultra_choose ;;
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|all" >&2; exit 2 ;;
 esac
