@@ -1,11 +1,13 @@
 """Many rows from a JSONL file, answers to a JSONL file: checked first, batched, in input
 order, resumable, and with nothing half-written (a line cut by a kill is dropped on resume).
 
-Every answer row carries the ``id`` of its input row (the row's own ``id``, else its index)
-and ``row``, a hash of the input row's content. On a rerun an answer counts as done only
-where both match an input row: an output holding answers to other rows (another input file,
-an edited row) is refused rather than handed back as if it answered these, and so is an
-output that is the input file itself; ``overwrite`` starts over.
+Every answer row carries the ``id`` of its input row (the row's own ``id``, else its index),
+``row``, a hash of the input row's content, and ``by``, a hash of the model that answered
+(:meth:`setllm.LoadOptions.identity`). On a rerun an answer counts as done only where both
+``id`` and ``row`` match an input row: an output holding answers to other rows (another input
+file, an edited row) is refused rather than handed back as if it answered these, and so are
+answers by another model (another adapter, variant or reading) and an output that is the
+input file itself; ``overwrite`` starts over.
 
 Used by ``setllm choose --input`` and ``setllm judge --input`` (any command that maps rows to rows).
 """
@@ -84,25 +86,29 @@ def check_output(output: str | Path, input: str | Path) -> None:
         raise DataError(f"--output {path}: cannot write it ({e.strerror})") from None
 
 
-def todo(rows: Sequence[Row], output: str | Path, overwrite: bool = False) -> list[Row]:
+def todo(rows: Sequence[Row], output: str | Path, overwrite: bool = False, by: str | None = None) -> list[Row]:
     """The rows not yet answered in ``output`` (all of them with ``overwrite``, which empties
-    it). An answer to a row that is not among ``rows`` is refused, naming its line."""
+    it). An answer to a row that is not among ``rows``, or (``by`` given) one by another
+    model, is refused, naming its line."""
     output = Path(output)
     if overwrite and output.exists():
         output.write_bytes(b"")
     wanted = {(r["id"], r["row"]) for r in rows}
     done = set()
-    for lineno, key in _answered(output):
+    for lineno, key, answered_by in _answered(output):
         if key not in wanted:
             raise DataError(f"--output {output}:{lineno} answers a row that is not in this --input (id {key[0]!r}, other content); "
                             "use another --output, or --overwrite to start over")
+        if by is not None and answered_by != by:
+            raise DataError(f"--output {output}:{lineno} was answered by another model (another model, adapter, variant or reading "
+                            "than this run's); use another --output, or --overwrite to start over")
         done.add(key)
     return [r for r in rows if (r["id"], r["row"]) not in done]
 
 
-def _answered(output: Path) -> list[tuple[int, tuple[str, str]]]:
-    """``(line, (id, row hash))`` of each answer in ``output``; a trailing partial line (a kill)
-    is cut off."""
+def _answered(output: Path) -> list[tuple[int, tuple[str, str], str | None]]:
+    """``(line, (id, row hash), by)`` of each answer in ``output`` (``by`` None where an older
+    setllm did not record it); a trailing partial line (a kill) is cut off."""
     if not output.exists():
         return []
     data = output.read_bytes()
@@ -114,17 +120,18 @@ def _answered(output: Path) -> list[tuple[int, tuple[str, str]]]:
     for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         try:
             obj = json.loads(line)
-            keys.append((lineno, (str(obj["id"]), str(obj["row"]))))
+            keys.append((lineno, (str(obj["id"]), str(obj["row"])), obj.get("by")))
         except (ValueError, KeyError, TypeError):
             raise DataError(f"--output {output}:{lineno}: not an answer row of setllm; use another --output, or --overwrite to start over") from None
     return keys
 
 
 def run(rows: Sequence[Row], output: str | Path, answer: Callable[[list[Row]], list[Row]], batch_size: int, progress: bool = True,
-        total: int | None = None) -> int:
+        total: int | None = None, by: str | None = None) -> int:
     """Answer ``rows`` (those :func:`todo` left), ``batch_size`` at a time, appending each batch
-    as it finishes; each answer gets its row's ``id`` and ``row``. Returns how many were
-    answered. ``total``: all rows of the input, for the progress bar."""
+    as it finishes; each answer gets its row's ``id`` and ``row`` (and ``by``, the model's
+    identity, when given). Returns how many were answered. ``total``: all rows of the input,
+    for the progress bar."""
     from tqdm.auto import tqdm
 
     output = Path(output)
@@ -138,7 +145,8 @@ def run(rows: Sequence[Row], output: str | Path, answer: Callable[[list[Row]], l
             for lo in range(0, len(rows), batch_size):
                 batch = list(rows[lo : lo + batch_size])
                 for row, result in zip(batch, answer(batch)):
-                    out.write(json.dumps({"id": row["id"], **result, "row": row["row"]}, ensure_ascii=False) + "\n")
+                    stamp = {"row": row["row"]} | ({"by": by} if by is not None else {})
+                    out.write(json.dumps({"id": row["id"], **result, **stamp}, ensure_ascii=False) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
                 bar.update(len(batch))

@@ -87,10 +87,36 @@ class LoadOptions:
             return None
         return default_adapter(kind) or default_adapter("choose")
 
+    def identity(self, kind: str = "choose") -> str:
+        """A short hash of what decides an answer beyond its input: the base model (by name or
+        path; hashing its weights would cost a load), the adapter's files (weights and
+        record), the variant and the reading choices. Needs no model, so a resumed
+        ``--output`` is checked before one loads. Dtype, device, batch size, attention and
+        ``exact`` are left out: they change floats, not which model answers."""
+        import hashlib
+        from pathlib import Path
+
+        from .api import embedded_or
+
+        h = hashlib.sha256()
+        model = embedded_or(self.model)
+        if model is not None and Path(model).exists():
+            model = str(Path(model).resolve())
+        h.update(repr((model or "embedded", self.variant, self.chat, self.eos)).encode())
+        adapter = self.adapter_path(kind)
+        for name in ADAPTER_FILES if adapter else ():
+            path = Path(adapter) / name
+            if path.is_file():
+                h.update(name.encode() + path.read_bytes())
+        return h.hexdigest()[:16]
+
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
 
+
+# The files of an adapter folder that decide its answers (training logs and checkpoints do not).
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "setllm.json")
 
 _TEXT = ("model", "adapter", "variant", "attn", "device", "dtype")
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from tiny import run_cli
 
-from setllm import jsonl_job
+from setllm import LoadOptions, jsonl_job
 from setllm.data import DataError
 
 
@@ -48,6 +48,36 @@ def test_answers_to_other_rows_are_refused(tmp_path, other):
     with pytest.raises(DataError, match=r"out.jsonl:\d answers a row that is not in this --input .*--overwrite to start over"):
         jsonl_job.todo(changed, out)
     assert jsonl_job.todo(changed, out, overwrite=True) == changed and out.read_text() == ""
+
+
+def test_answers_by_another_model_are_refused(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, {"q": "x"}, {"q": "y"})
+    rows = jsonl_job.read_rows(src, parse).rows
+    jsonl_job.run(rows[:1], out, answer, 1, progress=False, by="model-a")
+    assert json.loads(out.read_text())["by"] == "model-a"
+    assert jsonl_job.todo(rows, out, by="model-a") == rows[1:]  # its own answers resume
+    with pytest.raises(DataError, match=r"out.jsonl:1 was answered by another model .*--overwrite to start over"):
+        jsonl_job.todo(rows, out, by="model-b")
+    write(out, {"id": "0", "a": "X", "row": rows[0]["row"]})  # an older setllm recorded no model
+    with pytest.raises(DataError, match="answered by another model"):
+        jsonl_job.todo(rows, out, by="model-a")
+
+
+def test_a_models_identity_follows_its_adapter_files_and_reading_not_its_arithmetic(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights one")
+    first = LoadOptions(model="m", adapter=str(adapter)).identity()
+    assert LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False).identity() == first
+    (adapter / "trainer_state.json").write_text("{}")  # a training log decides no answer
+    assert LoadOptions(model="m", adapter=str(adapter)).identity() == first
+    others = [LoadOptions(model="m2", adapter=str(adapter)), LoadOptions(model="m", adapter="none"),
+              LoadOptions(model="m", adapter=str(adapter), variant="causal-pe"), LoadOptions(model="m", adapter=str(adapter), eos=False)]
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights two")  # retrained in place
+    others.append(LoadOptions(model="m", adapter=str(adapter)))
+    assert len({first, *(o.identity() for o in others)}) == 1 + len(others)
 
 
 def test_the_output_cannot_be_the_input(tmp_path):
@@ -89,6 +119,8 @@ def test_choose_cli_refuses_another_files_answers_and_says_who_answered(model_di
     code, _, err = run_cli(capsys, "choose", "--input", str(b), *args, "--overwrite")
     assert code == 0 and "2 answered, 0 already" in err
     assert [json.loads(x)["answer"] for x in out.read_text().splitlines()] in (["apple", "cat"], ["apple", "rock"], ["dog", "cat"], ["dog", "rock"])
+    code, _, err = run_cli(capsys, "choose", "--input", str(b), *args, "--variant", "causal-pe")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{out}:1 was answered by another model" in err
     code, _, err = run_cli(capsys, "choose", "--input", str(b), "--output", str(b), "--model", model_dir)
     assert code == 2 and err.strip() == f"error: --output {b} is the --input file; answers go to a file of their own"
 

@@ -187,7 +187,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked, the output checked against the input and writable before the model loads
     (and no model loads when nothing is left); then batched, resumable, in input order
-    (:mod:`setllm.jsonl_job`; an answer given under other ``settings`` is not resumed). ``make_answer(lm, rows)`` returns the batch function (and may
+    (:mod:`setllm.jsonl_job`; an answer given under other ``settings`` or by another model is not resumed). ``make_answer(lm, rows)`` returns the batch function (and may
     check the rows against the loaded model first)."""
     from .. import jsonl_job
 
@@ -196,11 +196,12 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
     read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, settings)
     jsonl_job.check_output(args.output, args.input)
-    left = jsonl_job.todo(read.rows, args.output, args.overwrite)
+    by = config_from_args(LoadOptions, args).identity(kind)  # answers by another model are not resumed
+    left = jsonl_job.todo(read.rows, args.output, args.overwrite, by)
     if left:
         lm = load_setllm(args, progress=False, kind=kind)
         print(describe(lm, kind, (settings or {}).get("readout")), file=sys.stderr)
-        jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows))
+        jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows), by=by)
     skipped = f", {len(read.skipped)} skipped as bad" if read.skipped else ""
     print(f"{len(left)} {verb}, {len(read.rows) - len(left)} already in {args.output}{skipped}", file=sys.stderr)
     return 0
