@@ -9,9 +9,12 @@ answer stands for every ordering), then one standard error. A cell not run yet i
 ``--paired A,B`` prints instead A minus B per cell, question by question (the same questions:
 a paired standard error, much smaller than either cell's), and over all multiple-choice
 cells (the standard error clustered by question: both templates ask the same ones).
+``--by-task`` prints each NAME's mean accuracy per benchmark over its four cells (both
+templates, both seeds), one row per NAME.
 
 Usage: python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,mixed,mixed-no-ultra
        python benchmarks/general_table.py --runs runs/general/eval --paired mixed,mixed-no-ultra
+       python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,shipped --by-task
 """
 
 from __future__ import annotations
@@ -89,13 +92,29 @@ def print_paired(runs: Path, a: str, b: str) -> None:
         print(f"\nAll multiple-choice cells: {mean:+.2f} ± {se:.2f} points ({n} question-format pairs, {len(pooled)} questions)")
 
 
+def print_by_task(runs: Path, names: list[str]) -> None:
+    """Each name's mean accuracy per benchmark over its cells (every question-format-seed once)."""
+    print("| model | " + " | ".join(f"{col}, mean of 4 cells" for col in TASKS.values()) + " |")
+    print("|---" * (len(TASKS) + 1) + "|")
+    for name in names:
+        means = []
+        for task in TASKS:
+            cells = [scores(runs / name / f"{task}-{template}-s{s}") for template in FORMATS for s in SEEDS]
+            got = [] if None in cells else [x for c in cells for x in c.values()]
+            means.append(f"{sum(got) / len(got):.2f}" if got else "-")
+        print(f"| {name} | " + " | ".join(means) + " |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/general/eval", help="the eval folder of general_adapter.sh")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
     group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
+    p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its four cells")
     args = p.parse_args()
+    if args.by_task and not args.names:
+        p.error("--by-task goes with --names")
     names = (args.names or args.paired).split(",")
     if args.paired and len(names) != 2:
         p.error("--paired takes two names: A,B")
@@ -105,6 +124,8 @@ def main() -> None:
         p.error(f"no runs named {', '.join(missing)} in {runs}")
     if args.paired:
         return print_paired(runs, *names)
+    if args.by_task:
+        return print_by_task(runs, names)
     heads = [f"{n}, seed {s}" for s in SEEDS for n in names]
     print("| task, format | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")
