@@ -90,20 +90,25 @@ class LoadOptions:
     def identity(self, kind: str = "choose") -> str:
         """A short hash of what decides an answer beyond its input: the base model (by name or
         path; hashing its weights would cost a load), the adapter's files (weights and
-        record), the variant and the reading choices. Needs no model, so a resumed
+        record), the variant and the reading choices as they will be read (a variant named
+        or left to the adapter's record is the same). Needs no model, so a resumed
         ``--output`` is checked before one loads. Dtype, device, batch size, attention and
         ``exact`` are left out: they change floats, not which model answers."""
         import hashlib
+        import warnings
         from pathlib import Path
 
         from .api import embedded_or
+        from .loading import AdapterInfo
 
-        h = hashlib.sha256()
-        model = embedded_or(self.model)
+        model, adapter = embedded_or(self.model), self.adapter_path(kind)
         if model is not None and Path(model).exists():
             model = str(Path(model).resolve())
-        h.update(repr((model or "embedded", self.variant, self.chat, self.eos)).encode())
-        adapter = self.adapter_path(kind)
+        with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
+            warnings.simplefilter("ignore")
+            info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
+            read = info.reading(variant=self.variant, **self.reading())
+        h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
         for name in ADAPTER_FILES if adapter else ():
             path = Path(adapter) / name
             if path.is_file():

@@ -69,8 +69,11 @@ def test_a_models_identity_follows_its_adapter_files_and_reading_not_its_arithme
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
     (adapter / "adapter_model.safetensors").write_bytes(b"weights one")
+    (adapter / "setllm.json").write_text('{"variant": "setmask-setpe"}')
     first = LoadOptions(model="m", adapter=str(adapter)).identity()
     assert LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False).identity() == first
+    assert LoadOptions(model="m", adapter=str(adapter), variant="setmask-setpe", eos=True).identity() == first  # as recorded
+    assert LoadOptions(model="m", adapter="none").identity() != LoadOptions(model="m", adapter="none", variant="causal-pe").identity()
     (adapter / "trainer_state.json").write_text("{}")  # a training log decides no answer
     assert LoadOptions(model="m", adapter=str(adapter)).identity() == first
     others = [LoadOptions(model="m2", adapter=str(adapter)), LoadOptions(model="m", adapter="none"),
