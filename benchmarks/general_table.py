@@ -10,7 +10,8 @@ answer stands for every ordering), then one standard error. A cell not run yet i
 a paired standard error, much smaller than either cell's), and over all multiple-choice
 cells (the standard error clustered by question: both templates ask the same ones).
 ``--by-task`` prints each NAME's mean accuracy per benchmark over its four cells (both
-templates, both seeds), one row per NAME.
+templates, both seeds), one row per NAME. ``--seeds all`` reads runs on a whole split instead
+(folders ``<task>-<template>-all``).
 
 Usage: python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,mixed,mixed-no-ultra
        python benchmarks/general_table.py --runs runs/general/eval --paired mixed,mixed-no-ultra
@@ -27,7 +28,16 @@ from pathlib import Path
 
 TASKS = {"piqa": "PIQA", "social_iqa": "SIQA", "arc_challenge": "ARC", "commonsense_qa": "CSQA"}
 FORMATS = {"modified": "trained template", "held-out": "held-out template"}
-SEEDS = (0, 1)
+SEEDS = ("0", "1")
+
+
+def folder(stem: str, seed: str) -> str:
+    """A cell's run folder: ``<stem>-s<seed>``, or ``<stem>-all`` for a whole split (no subset)."""
+    return f"{stem}-all" if seed == "all" else f"{stem}-s{seed}"
+
+
+def seed_label(seed: str) -> str:
+    return "whole split" if seed == "all" else f"seed {seed}"
 
 
 def rows() -> list[tuple[str, str]]:
@@ -70,14 +80,14 @@ def clustered(diffs: dict[str, list[float]]) -> tuple[float, float, int]:
     return mean, math.sqrt(var) / n, n
 
 
-def print_paired(runs: Path, a: str, b: str) -> None:
-    print(f"| task, format | {a} - {b}, seed 0 | seed 1 |")
-    print("|---|---|---|")
+def print_paired(runs: Path, a: str, b: str, seeds=SEEDS) -> None:
+    print(" | ".join(["| task, format", f"{a} - {b}, {seed_label(seeds[0])}", *map(seed_label, seeds[1:])]) + " |")
+    print("|---" * (len(seeds) + 1) + "|")
     pooled = defaultdict(list)
     for label, stem in rows():
         cells = []
-        for s in SEEDS:
-            sa, sb = scores(runs / a / f"{stem}-s{s}"), scores(runs / b / f"{stem}-s{s}")
+        for s in seeds:
+            sa, sb = scores(runs / a / folder(stem, s)), scores(runs / b / folder(stem, s))
             if sa is None or sb is None:
                 cells.append("-")
                 continue
@@ -92,14 +102,14 @@ def print_paired(runs: Path, a: str, b: str) -> None:
         print(f"\nAll multiple-choice cells: {mean:+.2f} ± {se:.2f} points ({n} question-format pairs, {len(pooled)} questions)")
 
 
-def print_by_task(runs: Path, names: list[str]) -> None:
+def print_by_task(runs: Path, names: list[str], seeds=SEEDS) -> None:
     """Each name's mean accuracy per benchmark over its cells (every question-format-seed once)."""
-    print("| model | " + " | ".join(f"{col}, mean of 4 cells" for col in TASKS.values()) + " |")
+    print("| model | " + " | ".join(f"{col}, mean of {len(FORMATS) * len(seeds)} cells" for col in TASKS.values()) + " |")
     print("|---" * (len(TASKS) + 1) + "|")
     for name in names:
         means = []
         for task in TASKS:
-            cells = [scores(runs / name / f"{task}-{template}-s{s}") for template in FORMATS for s in SEEDS]
+            cells = [scores(runs / name / folder(f"{task}-{template}", s)) for template in FORMATS for s in seeds]
             got = [] if None in cells else [x for c in cells for x in c.values()]
             means.append(f"{sum(got) / len(got):.2f}" if got else "-")
         print(f"| {name} | " + " | ".join(means) + " |")
@@ -112,6 +122,7 @@ def main() -> None:
     group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
     group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
     p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its four cells")
+    p.add_argument("--seeds", default="0,1", help="subset seeds, the columns; 'all': runs on a whole split (folders <task>-<template>-all)")
     args = p.parse_args()
     if args.by_task and not args.names:
         p.error("--by-task goes with --names")
@@ -122,15 +133,16 @@ def main() -> None:
     missing = [n for n in names if not (runs / n).is_dir()]
     if missing:
         p.error(f"no runs named {', '.join(missing)} in {runs}")
+    seeds = tuple(args.seeds.split(","))
     if args.paired:
-        return print_paired(runs, *names)
+        return print_paired(runs, *names, seeds)
     if args.by_task:
-        return print_by_task(runs, names)
-    heads = [f"{n}, seed {s}" for s in SEEDS for n in names]
+        return print_by_task(runs, names, seeds)
+    heads = [f"{n}, {seed_label(s)}" for s in seeds for n in names]
     print("| task, format | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")
     for label, stem in rows():
-        print(f"| {label} | " + " | ".join(cell(runs / n / f"{stem}-s{s}") for s in SEEDS for n in names) + " |")
+        print(f"| {label} | " + " | ".join(cell(runs / n / folder(stem, s)) for s in seeds for n in names) + " |")
 
 
 if __name__ == "__main__":
