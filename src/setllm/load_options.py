@@ -99,7 +99,7 @@ class LoadOptions:
         from pathlib import Path
 
         from .api import embedded_or
-        from .loading import AdapterInfo
+        from .loading import METADATA_FILE, AdapterInfo
 
         model, adapter = embedded_or(self.model), self.adapter_path(kind)
         if model is not None and Path(model).exists():
@@ -109,7 +109,8 @@ class LoadOptions:
             info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
             read = info.reading(variant=self.variant, **self.reading())
         h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
-        for name in ADAPTER_FILES if adapter else ():
+        # The files of an adapter folder that decide its answers (training logs and checkpoints do not).
+        for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", METADATA_FILE) if adapter else ():
             path = Path(adapter) / name
             if path.is_file():
                 h.update(name.encode() + path.read_bytes())
@@ -119,9 +120,6 @@ class LoadOptions:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
 
-
-# The files of an adapter folder that decide its answers (training logs and checkpoints do not).
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "setllm.json")
 
 _TEXT = ("model", "adapter", "variant", "attn", "device", "dtype")
 
