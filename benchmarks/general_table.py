@@ -121,7 +121,7 @@ def main() -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
     group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
-    p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its four cells")
+    p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its cells (both templates, every seed)")
     p.add_argument("--seeds", default="0,1", help="subset seeds, the columns; 'all': runs on a whole split (folders <task>-<template>-all)")
     args = p.parse_args()
     if args.by_task and not args.names:

@@ -20,7 +20,7 @@ from .codec import Codec
 from .encoding import EncodedPrompt
 from .errors import InputError, SetLLMWarning
 from .load_options import LoadOptions
-from .loading import AdapterInfo, Origin, load_model
+from .loading import Origin, load_model
 from .prompt import PromptLike, SetPrompt, as_prompt
 from .runtime import check_model, forward, use_auto_attention
 from .templates import mc_prompt, options_of
@@ -157,8 +157,7 @@ class SetLLM:
     def load(cls, options: LoadOptions, kind: str = "choose", progress: bool = False) -> SetLLM:
         """Load what ``options`` says (the one loader of the library, the CLI, the server and
         the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
-        model, adapter = embedded_or(options.model), options.adapter_path(kind)
-        info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
+        model, adapter, info = options.sources(kind)
         auto = options.attn == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
         net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
                               allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar

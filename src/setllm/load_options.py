@@ -87,6 +87,16 @@ class LoadOptions:
             return None
         return default_adapter(kind) or default_adapter("choose")
 
+    def sources(self, kind: str = "choose"):
+        """``(model, adapter, info)``: the model to load (None: the embedded one), the adapter
+        (None: none) and what their ``setllm.json`` records (:class:`setllm.loading.AdapterInfo`),
+        as :meth:`setllm.SetLLM.load` and :meth:`identity` both read them."""
+        from .api import embedded_or
+        from .loading import AdapterInfo
+
+        model, adapter = embedded_or(self.model), self.adapter_path(kind)
+        return model, adapter, AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
+
     def identity(self, kind: str = "choose") -> str:
         """A short hash of what decides an answer beyond its input: the base model (by name or
         path; hashing its weights would cost a load), the adapter's files (weights and
@@ -98,15 +108,13 @@ class LoadOptions:
         import warnings
         from pathlib import Path
 
-        from .api import embedded_or
-        from .loading import METADATA_FILE, AdapterInfo
+        from .loading import METADATA_FILE
 
-        model, adapter = embedded_or(self.model), self.adapter_path(kind)
+        model, adapter, info = self.sources(kind)
         if model is not None and Path(model).exists():
             model = str(Path(model).resolve())
         with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
             warnings.simplefilter("ignore")
-            info = AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
             read = info.reading(variant=self.variant, **self.reading())
         h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
         # The files of an adapter folder that decide its answers (training logs and checkpoints do not).
