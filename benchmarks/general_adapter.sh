@@ -20,6 +20,10 @@
 #   benchmarks/general_adapter.sh ultra-choose
 #                                             the shipped choose recipe started from a longer Ultra stage
 #                                             (UC_ULTRA_N rows, 1600), exported in bf16, on the multiple-choice grid
+#   benchmarks/general_adapter.sh rank-choose
+#                                             the shipped choose adapter, one more stage trained to rank each
+#                                             question's options (--objective preference, summed scores as choose
+#                                             reads them, + the SFT term), exported in bf16, on the multiple-choice grid
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
@@ -175,6 +179,25 @@ ultra_choose() {
   SKIP_DOCS=1 evaluate choose-ultra "$out-bf16" setmask-setpe
 }
 
+# The shipped choose adapter taught to rank: its SFT recipe raises the right option's
+# likelihood but never lowers the others', which is what choose compares. One more stage on
+# fresh train questions (sample seed 7; the recipe's mix, 1/6 of its size), SimPO's loss on
+# the summed log-likelihood of option + EOS (beta 1, margin 0: a logistic loss on the score
+# difference choose reads) plus the cross-entropy of the right option (CPO's term, weight 1),
+# so that the generation routes it also serves keep a generator.
+rank_choose() {
+  local out=$RUNS/adapters/choose-rank
+  if [ ! -f "$out-bf16/adapter_model.safetensors" ]; then
+    local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+    [ -f "$out/adapter_model.safetensors" ] || run setllm train --data arc_challenge:100,piqa:400,commonsense_qa:160,social_iqa:160 \
+      --data-dir "$DATA" --init-adapter src/setllm/adapters/smollm2-135m-setllm --variant setmask-setpe --objective preference \
+      --preference-score sum --preference-beta 1 --preference-margin 0 --preference-sft 1 --lr 1e-3 --batch-size 8 --epochs 1 \
+      --max-length 256 --seed 42 --sample-seed 7 --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}"
+    run setllm export adapter "$out" "$out-bf16" --dtype bf16
+  fi
+  SKIP_DOCS=1 evaluate choose-rank "$out-bf16" setmask-setpe
+}
+
 baselines() {
   evaluate untrained-set none setmask-setpe
   evaluate untrained-causal none causal-pe
@@ -184,8 +207,9 @@ case "${1:-}" in
   data|ultra|mixed|baselines|framed|wise) "$1" ;;
   causal-documents) causal_documents ;;
   ultra-choose) ultra_choose ;;
+  rank-choose) rank_choose ;;
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|all" >&2; exit 2 ;;
 esac

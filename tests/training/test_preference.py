@@ -1,8 +1,9 @@
 """``setllm train --objective preference`` on tiny random models: the loss is SimPO's on
-exactly the judge's ``mean`` readout, rows that do not fit are skipped whole, and a few steps
-rank the better candidates higher.
+exactly the judge's ``mean`` readout, or on the summed log-likelihood ``choose`` reads options
+by, rows that do not fit are skipped whole, and a few steps rank the better candidates higher.
 
-Data: ``tests/fixtures/judge/ultrafeedback/train.jsonl`` (6 UltraFeedback pairs, see its README).
+Data: ``tests/fixtures/judge/ultrafeedback/train.jsonl`` (6 UltraFeedback pairs, see its README)
+and the benchmark rows of ``tests/fixtures/train``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from setllm.readouts import JudgeRow, candidate_scores
 from setllm.training import TrainConfig, train
 from setllm.training.collator import PreferenceCollator, featurize_preferences
 from setllm.training.data import Example, judge_example, load_examples
-from setllm.training.trainer import mean_response_logprob, preference_loss, response_logits
+from setllm.training.trainer import Preference, mean_response_logprob, preference_loss, response_logits, response_loss, response_logprob, set_llm_preference_loss
 
 JUDGE_DATA = str(Path(__file__).parents[1] / "fixtures" / "judge")
 TRAIN_DATA = str(Path(__file__).parents[1] / "fixtures" / "train")
@@ -71,9 +72,9 @@ def test_rows_that_do_not_fit_are_skipped_whole_and_other_data_is_refused():
     long = row_example({**ROW, "candidates": ["a rock", "an apple " * 60, "a chair"]})
     items, report = featurize_preferences(lm.codec, [row_example(), long], 128)
     assert report.kept == 1 and len(report.skipped) == 1 and "literal" in report.skipped[0]
-    mc, _ = load_examples(["piqa"], TRAIN_DATA, limit=1)
-    with pytest.raises(InputError, match="--objective preference trains on judge rows"):
-        featurize_preferences(lm.codec, mc, 512)
+    instructions, _ = load_examples(["ultrafeedback"], JUDGE_DATA, limit=1)
+    with pytest.raises(InputError, match="--objective preference trains on rows with candidates to rank"):
+        featurize_preferences(lm.codec, instructions, 512)
 
 
 def pairs_ranked(lm: SetLLM, examples: list[Example]) -> tuple[float, float]:
@@ -105,6 +106,8 @@ def test_a_few_steps_rank_the_better_candidates_higher(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (dict(objective="dpo"), "--objective must be one of sft, preference"),
     (dict(objective="preference", preference_beta=0.0), "--preference-beta must be positive"),
+    (dict(objective="preference", preference_sft=-1.0), "--preference-margin and --preference-sft at least 0, got 2.0, 1.0 and -1.0"),
+    (dict(objective="preference", preference_score="max"), "--preference-score must be one of mean, sum, got 'max'"),
 ])
 def test_bad_preference_settings_are_clear_errors(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -114,10 +117,11 @@ def test_bad_preference_settings_are_clear_errors(tmp_path, overrides, message):
 def test_the_cli_refuses_data_with_nothing_to_rank_before_loading_a_model(tmp_path, capsys):
     from setllm.cli import main
 
-    code = main(["train", "--data", "piqa", "--data-dir", TRAIN_DATA, "--limit", "2", "--objective", "preference",
+    code = main(["train", "--data", "piqa,ultrafeedback", "--data-dir", TRAIN_DATA, "--limit", "2", "--objective", "preference",
                  "--model", "/nonexistent-model", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert code == 2 and "--objective preference trains on judge rows" in err and "nonexistent" not in err, err
+    assert code == 2 and "ultrafeedback/train.jsonl:1: --objective preference trains on rows with candidates" in err, err
+    assert "nonexistent" not in err
 
 
 def test_a_judge_trained_to_rank_is_read_with_its_readout_by_default(tmp_path, capsys):
@@ -161,3 +165,75 @@ def test_an_unknown_recorded_readout_is_a_load_error(model_dir, tmp_path):
     (tmp_path / "setllm.json").write_text(json.dumps({"variant": "setmask-setpe", "readout": "vibes"}))
     with pytest.raises(ModelLoadError, match="unknown readout 'vibes'"):
         AdapterInfo.read(tmp_path)
+
+
+# -- benchmark rows: rank the right option by the summed log-likelihood choose reads ----------
+
+
+@pytest.mark.parametrize("task", ["piqa", "arc_challenge", "commonsense_qa", "social_iqa"])
+def test_a_benchmark_row_carries_its_other_options(task):
+    from setllm.tasks import TASKS
+    from setllm.tasks.base import load_records
+
+    examples, _ = load_examples([task], TRAIN_DATA)
+    records, _ = load_records(TASKS[task], "train", TRAIN_DATA)
+    for ex, record in zip(examples, records):
+        prompt, options = TASKS[task].training_options(record)
+        assert (ex.prompt, ex.response) == (prompt, options[record.label]) == TASKS[task].training_pair(record)
+        assert ex.rejected == tuple(o for i, o in enumerate(options) if i != record.label) and len(ex.rejected) == len(options) - 1
+
+
+@pytest.mark.parametrize("variant", ["setmask-setpe", "causal-pe"])
+def test_the_summed_score_is_what_choose_reads(variant):
+    """``--preference-score sum`` ranks exactly the numbers ``setllm choose`` and ``eval``
+    compare: each option's summed log-likelihood (text + EOS) after the benchmark prompt."""
+    lm = SetLLM(tiny_model(), tiny_tokenizer(), variant)
+    examples, _ = load_examples(["commonsense_qa"], TRAIN_DATA, limit=2)
+    items, report = featurize_preferences(lm.codec, examples, 512)
+    assert report.kept == 2 and [len(i["group"]) for i in items] == [5, 5]
+    batch = PreferenceCollator(lm.variant.positions, lm.pad_id)(items)
+    with torch.no_grad():
+        logits, _ = response_logits(lm.model, lm.variant, batch)
+        trained = response_logprob(logits, batch["labels"])
+    read = lm.score([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
+    want = [s.logprob for row in read for s in row]
+    torch.testing.assert_close(trained, torch.tensor(want), atol=1e-4, rtol=1e-4)
+
+
+def test_the_sft_term_adds_the_cross_entropy_of_the_better_candidates():
+    lm = SetLLM(tiny_model(), tiny_tokenizer())
+    examples, _ = load_examples(["piqa"], TRAIN_DATA, limit=3)
+    items, _ = featurize_preferences(lm.codec, examples, 512)
+    batch = PreferenceCollator(lm.variant.positions, lm.pad_id)(items)
+    with torch.no_grad():
+        alone, _ = set_llm_preference_loss(lm.model, lm.variant, batch, Preference(1.0, 0.0, "sum"))
+        both, _ = set_llm_preference_loss(lm.model, lm.variant, batch, Preference(1.0, 0.0, "sum", sft=0.5))
+        logits, _ = response_logits(lm.model, lm.variant, batch)
+        chosen = batch["chosen"]
+        ce = response_loss(logits[chosen], batch["labels"][chosen])
+    assert chosen.sum() == 3 and float(ce) > 0
+    torch.testing.assert_close(both, alone + 0.5 * ce)
+
+
+def test_a_few_steps_on_benchmark_rows_rank_the_right_options_higher(tmp_path):
+    model, tok = tiny_model(), tiny_tokenizer()
+    specs = ["piqa", "arc_challenge", "commonsense_qa", "social_iqa"]
+    examples, _ = load_examples(specs, TRAIN_DATA)
+
+    def gap(lm: SetLLM) -> float:  # mean over rows of s_right - mean of s_other, summed scores as choose reads them
+        read = lm.score([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
+        return sum(row[0].logprob - sum(s.logprob for s in row[1:]) / (len(row) - 1) for row in read) / len(read)
+
+    before = gap(SetLLM(model, tok))
+    cfg = TrainConfig(data=",".join(specs), data_dir=TRAIN_DATA, output_dir=str(tmp_path / "run"), objective="preference",
+                      preference_score="sum", preference_beta=1.0, preference_margin=0.0, preference_sft=1.0, max_steps=6,
+                      per_device_train_batch_size=4, learning_rate=1e-2, lora_alpha=16, max_length=256, logging_steps=1,
+                      save_steps=100, disable_tqdm=True)
+    result = train(cfg, model=model, tokenizer=tok)
+    after = gap(SetLLM(model, tok))
+    assert result.steps == 6 and result.examples == 24
+    assert after > before + 0.2, (before, after)  # measured: -4.66 -> -4.27
+    saved_info = json.loads((tmp_path / "run" / "setllm.json").read_text())
+    assert saved_info["readout"] == "likelihood"  # the judge readout that sums, as this run ranked
+    recorded = saved_info["training"]["config"]
+    assert (recorded["preference_score"], recorded["preference_sft"]) == ("sum", 1.0)

@@ -138,11 +138,16 @@ class MCTask:
         if self.needs_context and not record.context:
             raise DataError(f"{where}: {self.name} records need a non-empty 'context'")
 
-    def training_pair(self, record: MCRecord) -> tuple[SetPrompt, str]:
-        """The record as a training example: the modified template in the dataset's order,
-        the correct option as the response (what ``setllm eval`` scores)."""
+    def training_options(self, record: MCRecord) -> tuple[SetPrompt, tuple[str, ...]]:
+        """The record as training reads it: the modified template in the dataset's order, and
+        every option as ``setllm eval`` scores it (the right one is ``options[record.label]``)."""
         rendered = self.modified.render(record, tuple(range(len(record.choices))))
-        return rendered.prompt, rendered.options[record.label]
+        return rendered.prompt, tuple(rendered.options)
+
+    def training_pair(self, record: MCRecord) -> tuple[SetPrompt, str]:
+        """The record as a training example: the correct option as the response."""
+        prompt, options = self.training_options(record)
+        return prompt, options[record.label]
 
 
 

@@ -75,10 +75,10 @@ def featurize(codec: Codec, examples: Sequence[Example], max_length: int, overlo
 
 
 def featurize_preferences(codec: Codec, examples: Sequence[Example], max_length: int) -> tuple[list[dict], LengthReport]:
-    """Token features for ``--objective preference``: one item per judge row, holding the
-    better candidate's feature first, then each other candidate's (the same prompt each
-    time). A row is kept only if every candidate fits ``max_length`` whole: the loss reads
-    each candidate's mean log-likelihood, which a cut response would change."""
+    """Token features for ``--objective preference``: one item per row, holding the better
+    candidate's feature first, then each other candidate's (the same prompt each time). A
+    row is kept only if every candidate fits ``max_length`` whole: the loss reads each
+    candidate's log-likelihood, which a cut response would change."""
     check_rankable(examples)
     report = LengthReport()
     out = []
@@ -101,11 +101,12 @@ def featurize_preferences(codec: Codec, examples: Sequence[Example], max_length:
 
 
 def check_rankable(examples: Sequence[Example]) -> None:
-    """``--objective preference`` needs judge rows: refuse the first example with nothing to rank."""
+    """``--objective preference`` needs rows with candidates: refuse the first with nothing to rank."""
     for ex in examples:
         if not ex.rejected:
-            raise InputError(f"{ex.where}: --objective preference trains on judge rows (ultrafeedback-judge, or JSONL rows with "
-                             "'instruction', 'candidates' and 'label'); this example has no other candidate to rank below its response")
+            raise InputError(f"{ex.where}: --objective preference trains on rows with candidates to rank (a benchmark, "
+                             "ultrafeedback-judge, or JSONL rows with 'instruction', 'candidates' and 'label'); this example has no "
+                             "other candidate to rank below its response")
 
 
 def feature(enc: EncodedPrompt, resp: Sequence[int]) -> dict:
@@ -148,7 +149,7 @@ class SetCollator:
 
 @dataclass
 class PreferenceCollator:
-    """Judge rows -> one batch of all their candidates' rows (each row's better candidate
+    """Rows with candidates -> one batch of all their candidates' rows (each row's better candidate
     first) plus ``group`` (which row each belongs to, 0..G-1) and ``chosen`` (is it the better)."""
 
     positions: str

@@ -26,6 +26,7 @@ from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_atte
 
 OVERLONG_POLICIES = ("truncate", "skip")
 OBJECTIVES = ("sft", "preference")
+PREFERENCE_SCORES = ("mean", "sum")  # per token, or summed as choose reads options
 # Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
 RECORDED_HF_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
                       "warmup_steps", "weight_decay", "max_grad_norm", "seed", "train_sampling_strategy", "bf16")
@@ -50,13 +51,19 @@ class TrainConfig(TrainingArguments):
         "continue training this adapter (e.g. after UltraFeedback pre-finetuning)", metavar="DIR"))
     full_finetune: bool = field(default=False, metadata=_help("train all weights instead of a LoRA adapter (saves a full model)"))
     objective: str = field(default="sft", metadata=_help(
-        "'sft': cross-entropy on the response; 'preference' (judge rows only: ultrafeedback-judge or JSONL rows with "
-        "candidates and label): SimPO's pairwise loss on each candidate's mean log-likelihood after the judge prompt, "
-        "the better one above each other one (the judge's 'mean' readout)", choices=list(OBJECTIVES)))
+        "'sft': cross-entropy on the response; 'preference' (rows with candidates to rank: benchmark rows, "
+        "ultrafeedback-judge, JSONL judge rows): SimPO's pairwise loss on each candidate's log-likelihood after the prompt, "
+        "the right one above each other one", choices=list(OBJECTIVES)))
     preference_beta: float = field(default=2.0, metadata=_help(
-        "--objective preference: scale of the mean log-likelihood difference (SimPO's beta)", metavar="B"))
+        "--objective preference: scale of the log-likelihood difference (SimPO's beta)", metavar="B"))
     preference_margin: float = field(default=1.0, metadata=_help(
         "--objective preference: the margin the better candidate should win by, after scaling (SimPO's gamma)", metavar="G"))
+    preference_score: str = field(default="mean", metadata=_help(
+        "--objective preference: rank each candidate by its 'mean' log-likelihood per token (the judge's mean readout) or "
+        "its 'sum' (how choose scores options; the judge's likelihood readout)", choices=list(PREFERENCE_SCORES)))
+    preference_sft: float = field(default=0.0, metadata=_help(
+        "--objective preference: add this times the cross-entropy of the better candidates (CPO's NLL term: the adapter "
+        "stays a generator); 0: the ranking loss alone", metavar="W"))
 
     # -- data -----------------------------------------------------------------------------
     data_dir: str | None = field(default=None, metadata=_help(
@@ -145,9 +152,11 @@ class TrainConfig(TrainingArguments):
             raise InputError(f"--min-response-tokens ({self.min_response_tokens}) must be below --max-length ({self.max_length})")
         if self.objective not in OBJECTIVES:
             raise InputError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
-        if self.preference_beta <= 0 or self.preference_margin < 0:
-            raise InputError(f"--preference-beta must be positive and --preference-margin at least 0, got {self.preference_beta} "
-                             f"and {self.preference_margin}")
+        if self.preference_beta <= 0 or self.preference_margin < 0 or self.preference_sft < 0:
+            raise InputError(f"--preference-beta must be positive, --preference-margin and --preference-sft at least 0, got "
+                             f"{self.preference_beta}, {self.preference_margin} and {self.preference_sft}")
+        if self.preference_score not in PREFERENCE_SCORES:
+            raise InputError(f"--preference-score must be one of {', '.join(PREFERENCE_SCORES)}, got {self.preference_score!r}")
         if self.full_finetune and self.init_adapter:
             raise InputError("--init-adapter continues a LoRA adapter; it cannot be combined with --full-finetune")
         if self.init_adapter and not (Path(self.init_adapter) / "adapter_config.json").exists():

@@ -32,8 +32,8 @@ ULTRAFEEDBACK_JUDGE = "ultrafeedback-judge"  # the same pairs as judge examples 
 @dataclass(frozen=True)
 class Example:
     """One training example; ``response`` is the raw answer text (no EOS, no leading space).
-    A judge row also carries its other candidates as ``rejected`` (what ``--objective
-    preference`` ranks the response above)."""
+    A benchmark or judge row also carries its other options or candidates as ``rejected``
+    (what ``--objective preference`` ranks the response above; ``sft`` ignores them)."""
 
     prompt: SetPrompt
     response: str
@@ -58,11 +58,12 @@ class LoadReport:
 
 def mc_example(obj: object, where: str, task: str | None = None) -> Example:
     """A benchmark record as its task file renders it for training (the template
-    ``setllm eval`` asks with); response = the correct option."""
+    ``setllm eval`` asks with); response = the correct option, the others ``rejected``."""
     spec = get_task(task)
     record = parse_record(obj, where)
     spec.check(record, where)
-    return Example(*spec.training_pair(record), where)
+    prompt, options = spec.training_options(record)
+    return Example(prompt, options[record.label], where, tuple(o for i, o in enumerate(options) if i != record.label))
 
 
 def ultrafeedback_example(obj: object, where: str) -> Example:

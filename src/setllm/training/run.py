@@ -35,7 +35,7 @@ from ..variants import get_variant
 from .collator import PreferenceCollator, SetCollator, check_rankable, featurize, featurize_preferences
 from .config import TrainConfig
 from .data import load_examples
-from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, SetLLMTrainer
+from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, Preference, SetLLMTrainer
 
 TEMPLATE = "modified"  # the paper's template: options in the prompt as a set
 
@@ -213,11 +213,12 @@ def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], ca
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    preference = cfg.objective == "preference"
-    collator = (PreferenceCollator if preference else SetCollator)(codec.variant.positions, codec.pad_id)
+    preference = Preference(cfg.preference_beta, cfg.preference_margin, cfg.preference_score, cfg.preference_sft)
+    ranks = cfg.objective == "preference"
+    collator = (PreferenceCollator if ranks else SetCollator)(codec.variant.positions, codec.pad_id)
     trainer = SetLLMTrainer(
         model=model, args=cfg, train_dataset=features, data_collator=collator, variant=codec.variant,
-        preference=(cfg.preference_beta, cfg.preference_margin) if preference else None,
+        preference=preference if ranks else None,
         callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
     )
     trainer.remove_callback(ProgressCallback)
@@ -243,7 +244,8 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": cfg.recorded(),
     }
-    readout = "mean" if cfg.objective == "preference" else None  # what the preference loss trained: read it so by default
+    # What the preference loss ranked, as the judge reads it: read so by default.
+    readout = {"mean": "mean", "sum": "likelihood"}[cfg.preference_score] if cfg.objective == "preference" else None
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -76,12 +77,19 @@ def set_llm_loss(model, variant: Variant, inputs: dict, num_items=None, logits_o
     return response_loss(logits, inputs["labels"].to(logits.device), num_items), out
 
 
-def mean_response_logprob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[B]: each row's mean log-likelihood per response token (the judge's ``mean`` readout);
-    ``logits`` as in :func:`shifted`."""
+def response_logprob(logits: torch.Tensor, labels: torch.Tensor, mean: bool = False) -> torch.Tensor:
+    """[B]: each row's log-likelihood of its response tokens, summed (how ``choose`` and the
+    judge's ``likelihood`` readout score an option) or per token (``mean``, the judge's
+    ``mean`` readout); ``logits`` as in :func:`shifted`."""
     predicted, targets = shifted(logits, labels)
     nll = F.cross_entropy(predicted, targets.flatten(), ignore_index=IGNORE, reduction="none").view_as(targets)
-    return -nll.sum(dim=1) / (targets != IGNORE).sum(dim=1).clamp(min=1)
+    total = -nll.sum(dim=1)
+    return total / (targets != IGNORE).sum(dim=1).clamp(min=1) if mean else total
+
+
+def mean_response_logprob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[B]: each row's mean log-likelihood per response token (the judge's ``mean`` readout)."""
+    return response_logprob(logits, labels, mean=True)
 
 
 def preference_loss(scores: torch.Tensor, group: torch.Tensor, chosen: torch.Tensor, beta: float, margin: float) -> torch.Tensor:
@@ -97,19 +105,36 @@ def preference_loss(scores: torch.Tensor, group: torch.Tensor, chosen: torch.Ten
     return (per_row / others).mean()
 
 
-def set_llm_preference_loss(model, variant: Variant, inputs: dict, beta: float, margin: float, logits_only_for_response: bool = True):
-    """:func:`preference_loss` of a :class:`~setllm.training.collator.PreferenceCollator` batch: (loss, outputs)."""
+@dataclass(frozen=True)
+class Preference:
+    """How ``--objective preference`` ranks: SimPO's ``beta`` and ``margin`` on each
+    candidate's ``score`` ("mean" or "sum" of its response log-likelihood), plus ``sft`` times
+    the cross-entropy of the better candidates (CPO's NLL term, Xu et al. 2024: it keeps the
+    adapter a generator while it learns to rank; 0 = SimPO alone)."""
+
+    beta: float = 2.0
+    margin: float = 1.0
+    score: str = "mean"
+    sft: float = 0.0
+
+
+def set_llm_preference_loss(model, variant: Variant, inputs: dict, preference: Preference, logits_only_for_response: bool = True):
+    """The :class:`Preference` loss of a :class:`~setllm.training.collator.PreferenceCollator` batch: (loss, outputs)."""
     logits, out = response_logits(model, variant, inputs, logits_only_for_response)
-    scores = mean_response_logprob(logits, inputs["labels"].to(logits.device))
-    return preference_loss(scores, inputs["group"].to(scores.device), inputs["chosen"].to(scores.device), beta, margin), out
+    labels, chosen = inputs["labels"].to(logits.device), inputs["chosen"].to(logits.device)
+    scores = response_logprob(logits, labels, mean=preference.score == "mean")
+    loss = preference_loss(scores, inputs["group"].to(scores.device), chosen, preference.beta, preference.margin)
+    if preference.sft:
+        loss = loss + preference.sft * response_loss(logits[chosen], labels[chosen])
+    return loss, out
 
 
 class SetLLMTrainer(Trainer):
     """A Trainer whose loss runs the model under a Set-LLM variant."""
 
-    def __init__(self, *args, variant: Variant, logits_only_for_response: bool = True, preference: tuple[float, float] | None = None,
+    def __init__(self, *args, variant: Variant, logits_only_for_response: bool = True, preference: Preference | None = None,
                  **kwargs):
-        """``preference``: (beta, margin) to train with :func:`preference_loss` instead of
+        """``preference``: train with :func:`set_llm_preference_loss` instead of
         cross-entropy (batches from :class:`~setllm.training.collator.PreferenceCollator`)."""
         super().__init__(*args, **kwargs)
         self.variant = variant
@@ -130,7 +155,7 @@ class SetLLMTrainer(Trainer):
         inner = self.accelerator.unwrap_model(model)
         target = model if inner is model else _Forwarder(model, inner)
         if self.preference is not None:
-            loss, out = set_llm_preference_loss(target, self.variant, inputs, *self.preference, self.logits_only_for_response)
+            loss, out = set_llm_preference_loss(target, self.variant, inputs, self.preference, self.logits_only_for_response)
         else:
             loss, out = set_llm_loss(target, self.variant, inputs, num_items_in_batch, self.logits_only_for_response)
         if model.training:
