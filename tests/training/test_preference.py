@@ -22,7 +22,7 @@ from setllm.readouts import JudgeRow, candidate_scores
 from setllm.training import TrainConfig, train
 from setllm.training.collator import PreferenceCollator, featurize_preferences
 from setllm.training.data import Example, judge_example, load_examples
-from setllm.training.trainer import Preference, mean_response_logprob, preference_loss, response_logits, response_loss, response_logprob, set_llm_preference_loss
+from setllm.training.trainer import Preference, mean_response_logprob, preference_loss, response_logits, response_logprob, response_loss, set_llm_preference_loss
 
 JUDGE_DATA = str(Path(__file__).parents[1] / "fixtures" / "judge")
 TRAIN_DATA = str(Path(__file__).parents[1] / "fixtures" / "train")
