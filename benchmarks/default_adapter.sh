@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The shipped Set-LLM adapter for the embedded model: build it, and check it (issue 8, point 4).
 #
-#   benchmarks/default_adapter.sh build [--resume]   train with src/setllm/adapters/smollm2-135m-setllm.yaml,
-#                                                    export to src/setllm/adapters/smollm2-135m-setllm/, demo
+#   benchmarks/default_adapter.sh build [--resume]   stage 1: src/setllm/adapters/smollm2-135m-setllm.yaml (cross-entropy),
+#                                                    exported in bf16; stage 2: smollm2-135m-setllm-rank.yaml (rank the
+#                                                    options, from stage 1), exported to src/setllm/adapters/smollm2-135m-setllm/, demo
 #   benchmarks/default_adapter.sh untrained          evaluate the untrained model read with SetMask+SetPE
 #   benchmarks/default_adapter.sh adapter DIR NAME   evaluate an adapter the same way
 #
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 R=benchmarks/reproduce.sh
 RUNS=${RUNS:-runs/default}
 CONFIG=src/setllm/adapters/smollm2-135m-setllm.yaml
+RANK_CONFIG=src/setllm/adapters/smollm2-135m-setllm-rank.yaml
 DEST=src/setllm/adapters/smollm2-135m-setllm
 DATASETS=(piqa arc_challenge commonsense_qa social_iqa)
 
@@ -24,11 +26,16 @@ evaluate_all() {  # evaluate_all NAME ADAPTER
   done
 }
 
-build() {
+build() {  # the rank stage's yaml reads stage 1 from runs/default/adapter-bf16
   local out="$RUNS/adapter"
-  setllm train --config "$CONFIG" --out "$out" "$@"
-  # Only what loading needs, weights in bf16 (about 5 MB): no checkpoints, no pickles.
-  setllm export adapter "$out" "$DEST" --dtype bf16
+  [ -f "$out-bf16/adapter_model.safetensors" ] || {
+    setllm train --config "$CONFIG" --out "$out" "$@"
+    # Only what loading needs, weights in bf16 (about 5 MB): no checkpoints, no pickles.
+    # Stage 2 starts from this bf16 copy, as the shipped adapter's stage 2 did.
+    setllm export adapter "$out" "$out-bf16" --dtype bf16
+  }
+  setllm train --config "$RANK_CONFIG" --init-adapter "$out-bf16" --out "$out-rank" "$@"
+  setllm export adapter "$out-rank" "$DEST" --dtype bf16
   setllm demo
 }
 

@@ -298,7 +298,11 @@ def test_stage_two_continues_the_adapter(tmp_path):
     for key in stage1:
         torch.testing.assert_close(stage2[key], stage1[key], atol=1e-4, rtol=0)
     assert any(not torch.equal(stage1[k], stage2[k]) for k in stage1)  # and it did train
-    assert json.loads((tmp_path / "arc" / "setllm.json").read_text())["training"]["config"]["init_adapter"] == str(tmp_path / "ultra")
+    recorded = json.loads((tmp_path / "arc" / "setllm.json").read_text())["training"]
+    assert recorded["config"]["init_adapter"] == str(tmp_path / "ultra")
+    # The stage it continued is recorded whole: the file says what the adapter is, not only its last stage.
+    assert recorded["init_training"] == json.loads((tmp_path / "ultra" / "setllm.json").read_text())["training"]
+    assert recorded["init_training"]["data"] == ["ultrafeedback"] and "init_training" not in recorded["init_training"]
 
 
 def test_benchmark_examples_use_the_evaluation_template():
@@ -455,3 +459,26 @@ def test_out_is_checked_and_locked(tmp_path):
                 f"try:\n    with rundir.locked(Path({str(out)!r})): print('entered')\nexcept Exception as e: print(e)")
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "another setllm process is writing there" in res.stdout
+
+
+def test_the_shipped_recipes_parse_as_the_shipped_adapter_records_them(tmp_path):
+    """`benchmarks/default_adapter.sh build` runs the two shipped YAML recipes; each parses into
+    the config the shipped adapter's setllm.json records for its stage (the run-local fields
+    aside: out, init_adapter)."""
+    from setllm.cli import build_parser
+    from setllm.cli.common import apply_config_file, config_from_args
+
+    root = Path(__file__).parents[2]
+    adapter = root / "src" / "setllm" / "adapters" / "smollm2-135m-setllm"
+    recorded = json.loads((adapter / "setllm.json").read_text())["training"]
+    for name, stage in (("smollm2-135m-setllm.yaml", recorded["init_training"]), ("smollm2-135m-setllm-rank.yaml", recorded)):
+        _, parser = build_parser("train")
+        apply_config_file(parser, str(root / "src" / "setllm" / "adapters" / name))
+        args = parser.parse_args(["--init-adapter", str(adapter), "--out", str(tmp_path / name)])
+        got = config_from_args(TrainConfig, args).recorded()
+        old_names = {"lr": "learning_rate", "batch_size": "per_device_train_batch_size"}  # stage 1 was recorded by an older setllm
+        want = {old_names.get(k, k): v for k, v in stage["config"].items()}
+        keys = ("data", "objective", "preference_score", "preference_beta", "preference_margin", "preference_sft", "sample_seed",
+                "learning_rate", "seed", "lora_r", "lora_alpha", "max_length", "per_device_train_batch_size", "data_dir")
+        assert {k: got[k] for k in keys if k in want} == {k: want[k] for k in keys if k in want}, name
+        assert len([k for k in keys if k in want]) >= 9, name  # 9 of stage 1 (no preference fields), 14 of stage 2

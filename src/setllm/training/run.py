@@ -30,6 +30,7 @@ from ..loading import (
     load_model,
     make_adapter_portable,
 )
+from ..loading.adapters import read_json
 from ..runtime import check_length, check_model
 from ..variants import get_variant
 from .collator import PreferenceCollator, SetCollator, check_rankable, featurize, featurize_preferences
@@ -244,9 +245,17 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
         "config": cfg.recorded(),
     }
+    if cfg.init_adapter:  # the stages before this one: the file says what the adapter is, not only its last stage
+        summary["init_training"] = earlier_training(cfg.init_adapter)
     # What the preference loss ranked, as the judge reads it: read so by default.
     readout = {"mean": "mean", "sum": "likelihood"}[cfg.preference_score] if cfg.objective == "preference" else None
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
+
+
+def earlier_training(adapter_dir: str | Path) -> dict | None:
+    """The ``training`` record of an adapter's ``setllm.json`` (None if it has none)."""
+    path = Path(adapter_dir) / METADATA_FILE
+    return read_json(path).get("training") if path.is_file() else None
 
 
 def _final_loss(trainer, output=None) -> float | None:

@@ -1,0 +1,64 @@
+"""Does an adapter still write? The mean log-likelihood per token of UltraFeedback's chosen
+responses (test split: rows no training mix holds) after their instructions, rendered as
+``setllm train --data ultrafeedback`` renders them, under each model named: a generator's
+measure for the adapter that also serves ``generate`` and the OpenAI routes.
+
+    python benchmarks/response_likelihood.py --adapters none,src/setllm/adapters/smollm2-135m-setllm,DIR --n 60
+
+Prints one line per model: mean over rows of the per-token log-likelihood (response + EOS),
+± its standard error, and the mean paired difference to the first model named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from pathlib import Path
+
+from setllm import SetLLM
+from setllm.data import iter_jsonl
+from setllm.tasks.ultrafeedback import instruction_pair
+
+MAX_TOKENS = 384  # prompt + response: the training runs' longest
+
+
+def rows(data_dir: str, n: int, seed: int) -> list:
+    pairs = [instruction_pair(obj, where) for where, obj in iter_jsonl(Path(data_dir) / "ultrafeedback" / "test.jsonl")]
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
+def per_token(lm: SetLLM, pairs: list) -> list[float]:
+    scores = lm.score([p for p, _ in pairs], [[r] for _, r in pairs])
+    return [row[0].mean_logprob for row in scores]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--adapters", required=True, help="comma-separated: none, or adapter directories")
+    ap.add_argument("--data-dir", default="../shared/data")
+    ap.add_argument("--n", type=int, default=60)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    names = args.adapters.split(",")
+    base = SetLLM.from_pretrained(adapter=names[0])
+    fits = [(p, r) for p, r in rows(args.data_dir, args.n, args.seed)
+            if len(base.encode(p)) + len(base.response_ids(p, r)) <= MAX_TOKENS][: args.n]
+    first = None
+    for name in names:
+        got = per_token(SetLLM.from_pretrained(adapter=name), fits)
+        mean = sum(got) / len(got)
+        se = math.sqrt(sum((x - mean) ** 2 for x in got) / (len(got) - 1) / len(got))
+        line = f"{name}: {mean:.4f} ± {se:.4f} per token over {len(got)} responses"
+        if first is None:
+            first = got
+        else:
+            d = [a - b for a, b in zip(got, first)]
+            dm = sum(d) / len(d)
+            line += f"; minus {names[0]}: {dm:+.4f} ± {math.sqrt(sum((x - dm) ** 2 for x in d) / (len(d) - 1) / len(d)):.4f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
