@@ -98,10 +98,10 @@ class LoadOptions:
         return model, adapter, AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
 
     def identity(self, kind: str = "choose") -> str:
-        """A short hash of what decides an answer beyond its input: the base model (by name or
-        path; hashing its weights would cost a load), the adapter's files (weights and
-        record), the variant and the reading choices as they will be read (a variant named
-        or left to the adapter's record is the same). Needs no model, so a resumed
+        """A short hash of what decides an answer beyond its input: the base model (by name;
+        a local one also by :func:`local_model_fingerprint` of its files), the adapter's
+        files (weights and record), the variant and the reading choices as they will be read
+        (a variant named or left to the adapter's record is the same). Needs no model, so a resumed
         ``--output`` is checked before one loads. Dtype, device, batch size, attention and
         ``exact`` are left out: they change floats, not which model answers."""
         import hashlib
@@ -111,12 +111,15 @@ class LoadOptions:
         from .loading import METADATA_FILE
 
         model, adapter, info = self.sources(kind)
-        if model is not None and Path(model).exists():
+        local = model is not None and Path(model).exists()
+        if local:
             model = str(Path(model).resolve())
         with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
             warnings.simplefilter("ignore")
             read = info.reading(variant=self.variant, **self.reading())
         h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
+        if local:  # a folder or file retrained in place under the same path is another model
+            h.update(local_model_fingerprint(Path(model)).encode())
         # The files of an adapter folder that decide its answers (training logs and checkpoints do not).
         for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", METADATA_FILE) if adapter else ():
             path = Path(adapter) / name
@@ -127,6 +130,29 @@ class LoadOptions:
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
+
+
+MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.gguf", "*.model", "*.txt")  # config, weights, tokenizer
+EDGE = 1 << 20  # bytes read at each end of a weights file
+
+
+def local_model_fingerprint(path: Path) -> str:
+    """A local model's files without loading them: each file's name, size, and its first
+    and last MiB (a safetensors file starts with its tensor index; retraining changes the
+    last layers' bytes). Reads at most 2 MiB per file, so a 500 MB model costs milliseconds.
+    A change in the middle of a file with the same size and ends goes unseen."""
+    import hashlib
+
+    files = [path] if path.is_file() else sorted({f for pattern in MODEL_FILES for f in path.glob(pattern) if f.is_file()})
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        with f.open("rb") as fh:
+            head = fh.read(EDGE)
+            fh.seek(max(size - EDGE, 0))
+            tail = fh.read(EDGE)
+        h.update(repr((f.name, size)).encode() + head + tail)
+    return h.hexdigest()
 
 
 _TEXT = ("model", "adapter", "variant", "attn", "device", "dtype")

@@ -137,3 +137,29 @@ def test_a_resume_with_nothing_left_loads_no_model(model_dir, capsys, tmp_path, 
     monkeypatch.setattr(common, "load_setllm", lambda *a, **k: pytest.fail("loaded a model with nothing to do"))
     code, _, err = run_cli(capsys, "choose", "--input", str(src), "--output", str(out), "--model", model_dir)
     assert code == 0 and err.strip() == f"0 answered, 1 already in {out}"
+
+
+def test_a_local_model_retrained_in_place_is_another_model(tmp_path):
+    """A model named by path is fingerprinted by its files (names, sizes, both ends), so
+    answers of a folder retrained under the same path are not resumed; files that decide
+    no answer (a README) do not count."""
+    from setllm.load_options import EDGE, local_model_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"t" * EDGE)
+    first = LoadOptions(model=str(model), adapter="none").identity()
+    assert LoadOptions(model=str(model) + "/", adapter="none", batch_size=2).identity() == first  # the same path, spelled otherwise
+    (model / "README.md").write_text("notes")
+    assert LoadOptions(model=str(model), adapter="none").identity() == first
+    weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"T" * EDGE)  # the last layers retrained
+    second = LoadOptions(model=str(model), adapter="none").identity()
+    (model / "config.json").write_text('{"model_type": "llama", "rope_theta": 1}')
+    assert len({first, second, LoadOptions(model=str(model), adapter="none").identity()}) == 3
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"one")
+    before = local_model_fingerprint(gguf)
+    gguf.write_bytes(b"two")
+    assert local_model_fingerprint(gguf) != before
