@@ -5,6 +5,7 @@ are parsed into it, and :meth:`setllm.SetLLM.from_pretrained` loads through it."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import get_args, get_type_hints
 
 from .errors import InputError
@@ -106,7 +107,6 @@ class LoadOptions:
         ``exact`` are left out: they change floats, not which model answers."""
         import hashlib
         import warnings
-        from pathlib import Path
 
         from .loading import METADATA_FILE
 
