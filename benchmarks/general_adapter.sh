@@ -21,7 +21,7 @@
 #                                             the shipped choose recipe started from a longer Ultra stage
 #                                             (UC_ULTRA_N rows, 1600), exported in bf16, on the multiple-choice grid
 #   benchmarks/general_adapter.sh rank-choose
-#                                             the shipped choose adapter, one more stage trained to rank each
+#                                             the choose adapter shipped until session 15 (from git), one more stage trained to rank each
 #                                             question's options (--objective preference, summed scores as choose
 #                                             reads them, + the SFT term), exported in bf16, on the multiple-choice grid
 #   benchmarks/general_adapter.sh causal-documents
@@ -185,12 +185,23 @@ ultra_choose() {
 # the summed log-likelihood of option + EOS (beta 1, margin 0: a logistic loss on the score
 # difference choose reads) plus the cross-entropy of the right option (CPO's term, weight 1),
 # so that the generation routes it also serves keep a generator.
+# Since session 15 the shipped adapter is this run's result, so its start (stage 1, shipped
+# until then) comes from git: the three files as commit STAGE1_COMMIT held them.
+stage1() {
+  local dir=$RUNS/adapters/choose-stage1 f
+  mkdir -p "$dir"
+  for f in adapter_config.json adapter_model.safetensors setllm.json; do
+    [ -s "$dir/$f" ] || git show "${STAGE1_COMMIT:-e62429f}:src/setllm/adapters/smollm2-135m-setllm/$f" > "$dir/$f"
+  done
+  echo "$dir"
+}
+
 rank_choose() {
-  local out=$RUNS/adapters/choose-rank
+  local out=$RUNS/adapters/choose-rank start; start=$(stage1)
   if [ ! -f "$out-bf16/adapter_model.safetensors" ]; then
     local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
     [ -f "$out/adapter_model.safetensors" ] || run setllm train --data arc_challenge:100,piqa:400,commonsense_qa:160,social_iqa:160 \
-      --data-dir "$DATA" --init-adapter src/setllm/adapters/smollm2-135m-setllm --variant setmask-setpe --objective preference \
+      --data-dir "$DATA" --init-adapter "$start" --variant setmask-setpe --objective preference \
       --preference-score sum --preference-beta 1 --preference-margin 0 --preference-sft 1 --lr 1e-3 --batch-size 8 --epochs 1 \
       --max-length 256 --seed 42 --sample-seed 7 --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}"
     run setllm export adapter "$out" "$out-bf16" --dtype bf16
