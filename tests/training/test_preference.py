@@ -22,7 +22,7 @@ from setllm.readouts import JudgeRow, candidate_scores
 from setllm.training import TrainConfig, train
 from setllm.training.collator import PreferenceCollator, featurize_preferences
 from setllm.training.data import Example, judge_example, load_examples
-from setllm.training.trainer import Preference, mean_response_logprob, preference_loss, response_logits, response_logprob, response_loss, set_llm_preference_loss
+from setllm.training.trainer import Preference, preference_loss, response_logits, response_logprob, response_loss, set_llm_preference_loss
 
 JUDGE_DATA = str(Path(__file__).parents[1] / "fixtures" / "judge")
 TRAIN_DATA = str(Path(__file__).parents[1] / "fixtures" / "train")
@@ -61,7 +61,7 @@ def test_the_trained_score_is_the_mean_readout(variant):
     assert batch["group"].tolist() == [0, 0, 0] and batch["chosen"].tolist() == [True, False, False]
     with torch.no_grad():
         logits, _ = response_logits(lm.model, lm.variant, batch)
-        trained = mean_response_logprob(logits, batch["labels"])
+        trained = response_logprob(logits, batch["labels"], mean=True)
     read = candidate_scores(lm, [JudgeRow(ROW["instruction"], tuple(ROW["candidates"]))], "mean")[0]
     want = [read[1], read[0], read[2]]  # the better candidate first, then the others in order
     torch.testing.assert_close(trained, torch.tensor(want), atol=1e-4, rtol=1e-4)
@@ -83,7 +83,7 @@ def pairs_ranked(lm: SetLLM, examples: list[Example]) -> tuple[float, float]:
     batch = PreferenceCollator(lm.variant.positions, lm.pad_id)(items)
     with torch.no_grad():
         logits, _ = response_logits(lm.model, lm.variant, batch)
-        s = mean_response_logprob(logits, batch["labels"])
+        s = response_logprob(logits, batch["labels"], mean=True)
         loss = preference_loss(s, batch["group"], batch["chosen"], 2.0, 1.0)
     return float((s[batch["chosen"]] - s[~batch["chosen"]]).mean()), float(loss)
 

@@ -26,7 +26,9 @@ from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_atte
 
 OVERLONG_POLICIES = ("truncate", "skip")
 OBJECTIVES = ("sft", "preference")
-PREFERENCE_SCORES = ("mean", "sum")  # per token, or summed as choose reads options
+# --preference-score: per token, or summed as choose reads options; the judge readout each one is.
+PREFERENCE_READOUTS = {"mean": "mean", "sum": "likelihood"}
+PREFERENCE_SCORES = tuple(PREFERENCE_READOUTS)
 # Fields of this class that are setllm's own (recorded in setllm.json with the HF ones below).
 RECORDED_HF_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps",
                       "warmup_steps", "weight_decay", "max_grad_norm", "seed", "train_sampling_strategy", "bf16")

@@ -34,7 +34,7 @@ from ..loading.adapters import read_json
 from ..runtime import check_length, check_model
 from ..variants import get_variant
 from .collator import PreferenceCollator, SetCollator, check_rankable, featurize, featurize_preferences
-from .config import TrainConfig
+from .config import PREFERENCE_READOUTS, TrainConfig
 from .data import load_examples
 from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, Preference, SetLLMTrainer
 
@@ -214,12 +214,11 @@ def make_trainer(cfg: TrainConfig, model, codec: Codec, features: list[dict], ca
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    preference = Preference(cfg.preference_beta, cfg.preference_margin, cfg.preference_score, cfg.preference_sft)
-    ranks = cfg.objective == "preference"
-    collator = (PreferenceCollator if ranks else SetCollator)(codec.variant.positions, codec.pad_id)
+    preference = (Preference(cfg.preference_beta, cfg.preference_margin, cfg.preference_score, cfg.preference_sft)
+                  if cfg.objective == "preference" else None)
+    collator = (PreferenceCollator if preference else SetCollator)(codec.variant.positions, codec.pad_id)
     trainer = SetLLMTrainer(
-        model=model, args=cfg, train_dataset=features, data_collator=collator, variant=codec.variant,
-        preference=preference if ranks else None,
+        model=model, args=cfg, train_dataset=features, data_collator=collator, variant=codec.variant, preference=preference,
         callbacks=[JsonlLogCallback(Path(cfg.out) / LOG_FILE), *(callbacks or [])],
     )
     trainer.remove_callback(ProgressCallback)
@@ -248,7 +247,7 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     if cfg.init_adapter:  # the stages before this one: the file says what the adapter is, not only its last stage
         summary["init_training"] = earlier_training(cfg.init_adapter)
     # What the preference loss ranked, as the judge reads it: read so by default.
-    readout = {"mean": "mean", "sum": "likelihood"}[cfg.preference_score] if cfg.objective == "preference" else None
+    readout = PREFERENCE_READOUTS[cfg.preference_score] if cfg.objective == "preference" else None
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
 
 

@@ -87,11 +87,6 @@ def response_logprob(logits: torch.Tensor, labels: torch.Tensor, mean: bool = Fa
     return total / (targets != IGNORE).sum(dim=1).clamp(min=1) if mean else total
 
 
-def mean_response_logprob(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[B]: each row's mean log-likelihood per response token (the judge's ``mean`` readout)."""
-    return response_logprob(logits, labels, mean=True)
-
-
 def preference_loss(scores: torch.Tensor, group: torch.Tensor, chosen: torch.Tensor, beta: float, margin: float) -> torch.Tensor:
     """SimPO's loss (Meng et al. 2024): ``-log sigmoid(beta * (s_better - s_other) - margin)``
     for each other candidate of a row, averaged within the row, then over rows. ``scores``
