@@ -52,8 +52,8 @@ def run(adapter: str, order: str, out: Path) -> list[list[float]]:
     """lm-eval's command line; per question, each option's log-likelihood in the dataset's order."""
     dest = out / f"{adapter.replace('/', '_')}-{order}"
     if not list(dest.rglob("samples_*.jsonl")):
-        # A fresh datasets cache per run: two local files of one size can share a cached copy (seen here: the
-        # reversed questions answered as the given task), which would fake an invariance.
+        # A fresh datasets cache per run, and the check below: once (not reproduced since, cause not found) the
+        # given task answered the reversed file's questions, which would fake an invariance.
         with tempfile.TemporaryDirectory() as cache:
             subprocess.run([sys.executable, "-m", "setllm.lm_eval", "--model", "setllm", "--model_args", f"adapter={adapter}",
                             "--tasks", f"door_{order}", "--include_path", str(out), "--batch_size", "8", "--log_samples",
