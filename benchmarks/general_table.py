@@ -26,6 +26,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from report_io import mean_se  # benchmarks/, this script's folder
+
 TASKS = {"piqa": "PIQA", "social_iqa": "SIQA", "arc_challenge": "ARC", "commonsense_qa": "CSQA"}
 FORMATS = {"modified": "trained template", "held-out": "held-out template"}
 SEEDS = ("0", "1")
@@ -67,9 +69,7 @@ def scores(path: Path) -> dict[str, float] | None:
 
 def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
     """Mean of a - b over the questions both scored, and its standard error."""
-    d = [a[q] - b[q] for q in a if q in b]
-    mean = sum(d) / len(d)
-    return mean, math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+    return mean_se([a[q] - b[q] for q in a if q in b])
 
 
 def clustered(diffs: dict[str, list[float]]) -> tuple[float, float, int]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from report_io import mean_se  # benchmarks/, this script's folder
 
 TASK = """task: door_{order}
 dataset_path: json
@@ -66,6 +67,11 @@ def run(adapter: str, order: str, out: Path) -> list[list[float]]:
     return [row[::-1] for row in scores] if order == "reversed" else scores
 
 
+def pick(scores: list[float]) -> int:
+    """The option lm-eval's ``acc`` picks: the highest log-likelihood, the first of a tie."""
+    return max(range(len(scores)), key=scores.__getitem__)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--adapters", default="auto", help="comma-separated --model_args adapter values (auto: the shipped one)")
@@ -80,19 +86,18 @@ def main() -> None:
     first = None
     for adapter in args.adapters.split(","):
         given, flipped = run(adapter, "given", out), run(adapter, "reversed", out)
-        picks = [max(range(len(s)), key=s.__getitem__) for s in given]
-        same = sum(p == max(range(len(s)), key=s.__getitem__) for p, s in zip(picks, flipped))
+        picks, picks_f = [pick(s) for s in given], [pick(s) for s in flipped]
+        same = sum(p == q for p, q in zip(picks, picks_f))
         gap = max(abs(a - b) for g, f in zip(given, flipped) for a, b in zip(g, f))
         right = [100.0 * (p == y) for p, y in zip(picks, labels)]
-        acc_f = 100.0 * sum(max(range(len(s)), key=s.__getitem__) == y for s, y in zip(flipped, labels)) / len(labels)
+        acc_f = 100.0 * sum(p == y for p, y in zip(picks_f, labels)) / len(labels)
         line = (f"{adapter}: accuracy {sum(right) / len(right):.2f} given, {acc_f:.2f} reversed; same pick {same} of {len(picks)}; "
                 f"max |d log-likelihood| {gap:.1e}")
         if first is None:
             first = right
         else:
-            d = [a - b for a, b in zip(right, first)]
-            m = sum(d) / len(d)
-            line += f"; minus the first: {m:+.2f} ± {math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)):.2f}"
+            m, se = mean_se([a - b for a, b in zip(right, first)])
+            line += f"; minus the first: {m:+.2f} ± {se:.2f}"
         print(line, flush=True)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 
 
 def emit(report, json_path: str | None) -> None:
@@ -12,3 +14,10 @@ def emit(report, json_path: str | None) -> None:
     if json_path:
         with open(json_path, "w") as f:
             f.write(text)
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and its standard error (sample standard deviation / sqrt(n)), as every table
+    here prints ``mean ± se``; a difference question by question gives the paired one."""
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1) / len(values))

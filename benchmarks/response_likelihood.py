@@ -12,9 +12,10 @@ Prints one line per model: mean over rows of the per-token log-likelihood (respo
 from __future__ import annotations
 
 import argparse
-import math
 import random
 from pathlib import Path
+
+from report_io import mean_se  # benchmarks/, this script's folder
 
 from setllm import SetLLM
 from setllm.data import iter_jsonl
@@ -23,7 +24,8 @@ from setllm.tasks.ultrafeedback import instruction_pair
 MAX_TOKENS = 384  # prompt + response: the training runs' longest
 
 
-def rows(data_dir: str, n: int, seed: int) -> list:
+def rows(data_dir: str, seed: int) -> list:
+    """Every test pair (instruction prompt, chosen response), in a seeded order."""
     pairs = [instruction_pair(obj, where) for where, obj in iter_jsonl(Path(data_dir) / "ultrafeedback" / "test.jsonl")]
     random.Random(seed).shuffle(pairs)
     return pairs
@@ -42,23 +44,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     names = args.adapters.split(",")
-    base = SetLLM.from_pretrained(adapter=names[0])
-    fits = [(p, r) for p, r in rows(args.data_dir, args.n, args.seed)
-            if len(base.encode(p)) + len(base.response_ids(p, r)) <= MAX_TOKENS][: args.n]
-    first = None
+    fits, first = None, None
     for name in names:
-        got = per_token(SetLLM.from_pretrained(adapter=name), fits)
-        mean = sum(got) / len(got)
-        se = math.sqrt(sum((x - mean) ** 2 for x in got) / (len(got) - 1) / len(got))
+        lm = SetLLM.from_pretrained(adapter=name)
+        if fits is None:  # the first model's tokenizer decides which rows fit; every model reads the same rows
+            fits = [(p, r) for p, r in rows(args.data_dir, args.seed) if len(lm.encode(p)) + len(lm.response_ids(p, r)) <= MAX_TOKENS][: args.n]
+        got = per_token(lm, fits)
+        mean, se = mean_se(got)
         line = f"{name}: {mean:.4f} ± {se:.4f} per token over {len(got)} responses"
         if first is None:
             first = got
         else:
-            d = [a - b for a, b in zip(got, first)]
-            dm = sum(d) / len(d)
-            line += f"; minus {names[0]}: {dm:+.4f} ± {math.sqrt(sum((x - dm) ** 2 for x in d) / (len(d) - 1) / len(d)):.4f}"
+            dm, dse = mean_se([a - b for a, b in zip(got, first)])
+            line += f"; minus {names[0]}: {dm:+.4f} ± {dse:.4f}"
         print(line, flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -40,6 +40,11 @@ class Example:
     where: str
     rejected: tuple[str, ...] = ()
 
+    @classmethod
+    def ranked(cls, prompt: SetPrompt, options: tuple[str, ...] | list[str], label: int, where: str) -> Example:
+        """``options[label]`` as the response, every other option ``rejected``."""
+        return cls(prompt, options[label], where, tuple(o for i, o in enumerate(options) if i != label))
+
 
 @dataclass
 class LoadReport:
@@ -62,8 +67,7 @@ def mc_example(obj: object, where: str, task: str | None = None) -> Example:
     spec = get_task(task)
     record = parse_record(obj, where)
     spec.check(record, where)
-    prompt, options = spec.training_options(record)
-    return Example(prompt, options[record.label], where, tuple(o for i, o in enumerate(options) if i != record.label))
+    return Example.ranked(*spec.training_options(record), record.label, where)
 
 
 def ultrafeedback_example(obj: object, where: str) -> Example:
@@ -77,8 +81,7 @@ def judge_example(obj: object, where: str) -> Example | None:
     if record is None:
         return None
     rendered = judge.JUDGE.render(record, tuple(range(len(record.choices))))
-    others = tuple(o for i, o in enumerate(rendered.options) if i != record.label)
-    return Example(rendered.prompt, rendered.options[record.label], where, others)
+    return Example.ranked(rendered.prompt, rendered.options, record.label, where)
 
 
 def judge_pair_example(obj: object, where: str) -> Example | None:
