@@ -24,6 +24,8 @@
 #                                             the choose adapter shipped until session 15 (from git), one more stage trained to rank each
 #                                             question's options (--objective preference, summed scores as choose
 #                                             reads them, + the SFT term), exported in bf16, on the multiple-choice grid
+#   benchmarks/general_adapter.sh rank-choose-long
+#                                             the same rank stage on three times the questions (2,460, same seed)
 #   benchmarks/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
@@ -196,17 +198,18 @@ stage1() {
   echo "$dir"
 }
 
-rank_choose() {
-  local out=$RUNS/adapters/choose-rank start; start=$(stage1)
+rank_choose() {  # rank_choose NAME DATA: the rank stage on DATA questions from stage 1
+  local name=$1 data=$2 start; start=$(stage1)
+  local out=$RUNS/adapters/$name
   if [ ! -f "$out-bf16/adapter_model.safetensors" ]; then
     local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-    [ -f "$out/adapter_model.safetensors" ] || run setllm train --data arc_challenge:100,piqa:400,commonsense_qa:160,social_iqa:160 \
+    [ -f "$out/adapter_model.safetensors" ] || run setllm train --data "$data" \
       --data-dir "$DATA" --init-adapter "$start" --variant setmask-setpe --objective preference \
       --preference-score sum --preference-beta 1 --preference-margin 0 --preference-sft 1 --lr 1e-3 --batch-size 8 --epochs 1 \
       --max-length 256 --seed 42 --sample-seed 7 --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}"
     run setllm export adapter "$out" "$out-bf16" --dtype bf16
   fi
-  SKIP_DOCS=1 evaluate choose-rank "$out-bf16" setmask-setpe
+  SKIP_DOCS=1 evaluate "$name" "$out-bf16" setmask-setpe
 }
 
 baselines() {
@@ -218,9 +221,10 @@ case "${1:-}" in
   data|ultra|mixed|baselines|framed|wise) "$1" ;;
   causal-documents) causal_documents ;;
   ultra-choose) ultra_choose ;;
-  rank-choose) rank_choose ;;
+  rank-choose) rank_choose choose-rank arc_challenge:100,piqa:400,commonsense_qa:160,social_iqa:160 ;;
+  rank-choose-long) rank_choose choose-rank-long arc_challenge:300,piqa:1200,commonsense_qa:480,social_iqa:480 ;;
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|all" >&2; exit 2 ;;
 esac
