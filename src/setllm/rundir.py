@@ -142,3 +142,28 @@ def locked(out: Path, world: World | None = None) -> Iterator[None]:
     finally:
         if f is not None:
             f.close()  # closing releases the lock
+
+
+@contextmanager
+def claimed(out: str | Path, world: World | None = None) -> Iterator[Path]:
+    """:func:`prepare_dir` then :func:`locked`, yielding the directory. A run that stops on an
+    error before writing anything (bad data, a model that does not load) leaves no trace of
+    an ``--out`` it created: otherwise an empty folder with a stale ``.lock`` looks like a run
+    to resume. A directory that existed before, or holds anything else, is left as it is."""
+    out = Path(out)
+    created = not out.exists()
+    out = prepare_dir(out)
+    world = world or World.start()
+    with locked(out, world):
+        try:
+            yield out
+        except BaseException:
+            if created and world.is_main:
+                _remove_if_untouched(out)
+            raise
+
+
+def _remove_if_untouched(out: Path) -> None:
+    if [p.name for p in out.iterdir()] == [LOCK_FILE]:
+        (out / LOCK_FILE).unlink()
+        out.rmdir()

@@ -461,6 +461,19 @@ def test_out_is_checked_and_locked(tmp_path):
     assert "another setllm process is writing there" in res.stdout
 
 
+def test_a_run_stopped_by_bad_data_leaves_no_out_it_created(tmp_path):
+    """Bad data is found after --out is locked; a folder holding only a stale .lock would
+    look like a run to resume, so one the run created goes again. One that existed stays."""
+    bad = dict(data=str(FIXTURES / "bad.jsonl"))
+    with pytest.raises(DataError, match=r"bad\.jsonl:2"):
+        train(config(tmp_path / "new" / "run", **bad), model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert not (tmp_path / "new" / "run").exists() and (tmp_path / "new").is_dir()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(DataError):
+        train(config(tmp_path / "mine", **bad), model=tiny_model(), tokenizer=tiny_tokenizer())
+    assert (tmp_path / "mine").is_dir()
+
+
 def test_the_shipped_recipes_parse_as_the_shipped_adapter_records_them(tmp_path):
     """`benchmarks/default_adapter.sh build` runs the two shipped YAML recipes; each parses into
     the config the shipped adapter's setllm.json records for its stage (the run-local fields

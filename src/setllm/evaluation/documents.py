@@ -37,8 +37,7 @@ def run_documents(lm, cfg: EvalConfig, records: Sequence[docs.DocRecord], source
         docs.row_positions(r, positions)
     one_run = lm.variant.invariant and not cfg.verify_invariance
     settings = {**settings, "gold_positions": cfg.gold_positions}
-    out = rundir.prepare_dir(cfg.out)
-    with rundir.locked(out):
+    with rundir.claimed(cfg.out) as out:
         if cfg.overwrite:
             store.clear(out)
         store.check_settings(out, settings)

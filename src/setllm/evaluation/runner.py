@@ -105,10 +105,9 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
         _check_ordering_counts(records, one_run, cfg)
     meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
     settings = _settings(lm, cfg, task, source, meta)
-    out = rundir.prepare_dir(cfg.out)
     world = rundir.World.start()
     # Everything is checked before anything in --out changes; one writer at a time (rank 0).
-    with rundir.locked(out, world):
+    with rundir.claimed(cfg.out, world) as out:
         error = None
         if world.is_main:
             try:

@@ -164,10 +164,10 @@ def clear_run(out: Path) -> None:
 def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer=None) -> TrainResult:
     """Run one training stage; a given base ``model``/``tokenizer`` replaces ``cfg.model``
     (tests, notebooks); it is wrapped with LoRA as a loaded one would be. ``--out`` is
-    checked writable first and locked for the run."""
-    out = rundir.prepare_dir(cfg.out)
+    checked writable first and locked for the run; one it created is removed again if the
+    run stops before writing anything."""
     world = rundir.World.start(cpu=cfg.use_cpu)
-    with rundir.locked(out, world):
+    with rundir.claimed(cfg.out, world) as out:
         return _train(cfg, out, callbacks, model, tokenizer, world)
 
 
