@@ -31,6 +31,9 @@
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
 #   benchmarks/general_adapter.sh documents-phrased
 #                                             documents.sh stage4 (both variants), on the held-out phrasings
+#   benchmarks/general_adapter.sh whole-split NAME ADAPTER
+#                                             PIQA validation (both templates) and ARC-Challenge test (held-out) whole
+#                                             (general_table.py --runs runs/general/eval-full --seeds all)
 #   python benchmarks/general_table.py --names A,B,...  /  --paired A,B
 #                                             the table of the runs (docs/results.md), or A - B question by question
 #   benchmarks/general_adapter.sh all         everything above, in order
@@ -212,6 +215,15 @@ rank_choose() {  # rank_choose NAME DATA: the rank stage on DATA questions from 
   SKIP_DOCS=1 evaluate "$name" "$out-bf16" setmask-setpe
 }
 
+whole_split() {  # whole_split NAME ADAPTER: the cells the goal was missed on, on the whole split
+  local spec ds template out
+  for spec in piqa:modified piqa:held-out arc_challenge:held-out; do
+    ds=${spec%%:*} template=${spec#*:} out=$RUNS/eval-full/$1/${spec%%:*}-${spec#*:}-all
+    [ -f "$out/summary.json" ] || run setllm eval --dataset "$ds" --data-dir "$DATA" --template "$template" --adapter "$2" \
+      --variant setmask-setpe --seed 0 --out "$out" --no_progress
+  done
+}
+
 baselines() {
   evaluate untrained-set none setmask-setpe
   evaluate untrained-causal none causal-pe
@@ -225,6 +237,7 @@ case "${1:-}" in
   rank-choose-long) rank_choose choose-rank-long arc_challenge:300,piqa:1200,commonsense_qa:480,social_iqa:480 ;;
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
+  whole-split) shift; whole_split "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|all" >&2; exit 2 ;;
 esac
