@@ -31,6 +31,9 @@
 #                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
 #   benchmarks/general_adapter.sh documents-phrased
 #                                             documents.sh stage4 (both variants), on the held-out phrasings
+#   benchmarks/general_adapter.sh judge NAME ADAPTER VARIANT
+#                                             N_JUDGE (100) UltraFeedback test pairs per subset seed in the held-out
+#                                             judge prompt (in no training mix), read with `mean` (the shipped judge's)
 #   benchmarks/general_adapter.sh whole-split NAME ADAPTER
 #                                             PIQA validation (both templates) and ARC-Challenge test (held-out) whole
 #                                             (general_table.py --runs runs/general/eval-full --seeds all)
@@ -55,6 +58,7 @@ RUNS=${RUNS:-runs/general}
 export ULTRA_N=${ULTRA_N:-400}
 N_EVAL=${N_EVAL:-300}
 N_DOCS=${N_DOCS:-100}
+N_JUDGE=${N_JUDGE:-100}
 MAX_LENGTH=${MAX_LENGTH:-384}
 D=$RUNS/data
 MC=(piqa social_iqa arc_challenge commonsense_qa)
@@ -215,6 +219,15 @@ rank_choose() {  # rank_choose NAME DATA: the rank stage on DATA questions from 
   SKIP_DOCS=1 evaluate "$name" "$out-bf16" setmask-setpe
 }
 
+judge() {  # judge NAME ADAPTER VARIANT: UltraFeedback test pairs in the held-out judge prompt, read with `mean`
+  local seed out
+  for seed in 0 1; do
+    out=$RUNS/eval/$1/ultrafeedback-pairs-held-out-s$seed
+    [ -f "$out/summary.json" ] || run setllm eval --dataset ultrafeedback-pairs --data-dir "$DATA" --template held-out \
+      --limit "$N_JUDGE" --subset-seed "$seed" --adapter "$2" --variant "$3" --readout mean --seed 0 --out "$out" --no_progress
+  done
+}
+
 whole_split() {  # whole_split NAME ADAPTER: the cells the goal was missed on, on the whole split
   local spec ds template out
   for spec in piqa:modified piqa:held-out arc_challenge:held-out; do
@@ -238,6 +251,7 @@ case "${1:-}" in
   documents-phrased) documents_phrased ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
+  judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac

@@ -1,9 +1,11 @@
 """The table of issue 20: each evaluated model on every task and format, subset seeds 0 and 1.
 
 Reads the ``summary.json`` files ``benchmarks/general_adapter.sh eval NAME ...`` writes
-(``RUNS/eval/NAME/<task>-<template>-s<seed>``, documents ``kv8-held-out-s<seed>``) and prints
+(``RUNS/eval/NAME/<task>-<template>-s<seed>``, documents ``kv8-held-out-s<seed>``, the judge
+``ultrafeedback-pairs-held-out-s<seed>``) and prints
 one markdown row per task and format, one column per NAME and seed: the ``random`` accuracy
-(the mean over orderings, or over gold positions for documents; an invariant run's one
+(the mean over orderings, or over gold positions for documents, or over both orders of a
+judge's pair; an invariant run's one
 answer stands for every ordering), then one standard error. A cell not run yet is "-".
 
 ``--paired A,B`` prints instead A minus B per cell, question by question (the same questions:
@@ -45,7 +47,12 @@ def seed_label(seed: str) -> str:
 def rows() -> list[tuple[str, str]]:
     """(label, run folder stem without the seed) in table order."""
     out = [(f"{col}, {fmt}", f"{task}-{template}") for task, col in TASKS.items() for template, fmt in FORMATS.items()]
-    return out + [("key-value documents, held-out phrasings", "kv8-held-out")]
+    return out + [("key-value documents, held-out phrasings", "kv8-held-out"),
+                  ("judge, UltraFeedback test pairs, held-out prompt", "ultrafeedback-pairs-held-out")]
+
+
+def multiple_choice(stem: str) -> bool:
+    return stem.split("-")[0] in TASKS
 
 
 def cell(path: Path) -> str:
@@ -93,7 +100,7 @@ def print_paired(runs: Path, a: str, b: str, seeds=SEEDS) -> None:
                 continue
             mean, se = paired(sa, sb)
             cells.append(f"{round(mean, 2) + 0.0:+.2f} ± {se:.2f}")  # + 0.0: no "-0.00"
-            if not stem.startswith("kv"):
+            if multiple_choice(stem):
                 for q in sa.keys() & sb.keys():
                     pooled[f"s{s}:{q}"].append(sa[q] - sb[q])
         print(f"| {label} | " + " | ".join(cells) + " |")

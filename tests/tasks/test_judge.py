@@ -119,3 +119,36 @@ def test_judge_training_examples_from_pairs_and_user_rows(tmp_path):
                     + json.dumps({"instruction": "Q2", "candidates": ["x", "y"], "label": -1}) + "\n")
     (ex,), _ = load_examples([str(mine)])  # the tie teaches nothing: skipped
     assert ex.response == "good"
+
+
+@pytest.mark.usefixtures("threads")
+def test_the_held_out_judge_prompt_is_read_as_the_trained_one_and_stays_invariant(sharp, tmp_path):
+    """`--template held-out` on judge data: `mean` reads the template's own prompt (on the
+    trained template, exactly the library's `mean` readout), the two orders give the same
+    scores under Set-LLM (up to float rounding: elements in another order are summed in
+    another order), and readouts that build the trained prompt are refused."""
+    from setllm.errors import InputError
+    from setllm.evaluation import EvalConfig, run_eval
+    from setllm.tasks.judge import JUDGE_HELD_OUT
+
+    lm = SetLLM(sharp, tiny_tokenizer(), "setmask-setpe")
+    pairs = load_records(get_task("ultrafeedback-pairs"), "train", str(FIXTURES / "judge"))[0]
+
+    def rows(template, out, **kw):
+        cfg = EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=str(FIXTURES / "judge"), template=template,
+                         readout="mean", out=str(tmp_path / out), progress=False, **kw)
+        summary = run_eval(lm, cfg)
+        return summary, [json.loads(line) for line in (tmp_path / out / "predictions.jsonl").read_text().splitlines()]
+
+    _, trained = rows("modified", "trained")
+    first = pairs[0]
+    assert trained[0]["logprobs"] == lm.judge(first.question, list(first.choices), readout="mean").scores
+    summary, held = rows("held-out", "held", verify_invariance=True)
+    assert summary["template"] == "held-out" and summary["position_consistency"] == 100.0
+    assert all(r["orderings"] == [[0, 1], [1, 0]] and r["max_logprob_diff"] < 1e-5 for r in held)
+    [scores] = lm.score([JUDGE_HELD_OUT.render(first, (0, 1)).prompt], [[c.strip() for c in first.choices]])
+    assert held[0]["logprobs"] == [s.mean_logprob for s in scores]  # per token, over the held-out prompt
+    assert held[0]["logprobs"] != trained[0]["logprobs"]
+    with pytest.raises(InputError, match="--readout pmi reads the trained judge prompt; --template held-out takes likelihood or mean"):
+        run_eval(lm, EvalConfig(dataset="ultrafeedback-pairs", split="train", data_dir=str(FIXTURES / "judge"), template="held-out",
+                                readout="pmi", out=str(tmp_path / "pmi"), progress=False))

@@ -1,6 +1,8 @@
 """Benchmark specs: templates as in the paper's Appendix D.3, and loaders that name file and line."""
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -89,7 +91,30 @@ def test_held_out_template_pinned_and_apart_from_the_trained_one():
             frame = frame.replace(text, "")
         assert not {line for line in frame.splitlines() if line.strip(" -")} & trained  # no frame line in common
     with pytest.raises(DataError, match="has no held-out template"):
-        JUDGE.template("held-out")
+        dataclasses.replace(JUDGE, held_out=None).template("held-out")
+
+
+def test_judge_held_out_template_pinned_and_apart_from_the_trained_one():
+    """The judge's held-out prompt: its own words (no word of the trained frame), candidates
+    unnamed and framed alike, the same candidates as options, both orders tested."""
+    from setllm.tasks.judge import PAIRS, TASK
+
+    row = MCRecord("r1", "Name a fruit.", ("An apple.", "", "A rock.\nHard."), 0, "Be brief.")
+    held = TASK.template("held-out").render(row, (2, 0, 1))
+    assert held.prompt.text() == ("Request: Name a fruit.\nDetails: Be brief.\nHere are some replies to it.\n"
+                                  "- A rock.\nHard.\n- An apple.\n-\nThe most helpful reply is:")
+    assert held.prompt.sets[0].elements == ("- A rock.\nHard.\n", "- An apple.\n", "-\n")
+    assert held.options == ["A rock.\nHard.", "An apple.", ""]
+    content = " ".join([row.question, row.context, *row.choices]).lower()
+
+    def frame_words(rendered) -> set[str]:
+        return {w for w in re.findall(r"[a-z]+", rendered.prompt.text().lower()) if w not in re.findall(r"[a-z]+", content)}
+
+    trained = frame_words(TASK.modified.render(row, (0, 1, 2)))
+    assert trained == {"instruction", "input", "responses", "response", "best"}
+    assert frame_words(held) == {"request", "details", "here", "are", "some", "replies", "to", "it", "the", "most", "helpful", "reply", "is"}
+    assert PAIRS.template("held-out") is TASK.template("held-out")
+    assert TASK.template("held-out").orderings(2) == [(0, 1), (1, 0)]
 
 
 def test_fixture_counts_and_default_splits():

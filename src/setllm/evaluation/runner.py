@@ -78,6 +78,10 @@ class _Question:
         }
 
 
+# Readouts that score the template's own prompt and options (the others build their prompts).
+TEMPLATE_READOUTS = (None, "likelihood", "mean")
+
+
 def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, meta: dict | None = None) -> dict:
     """Evaluate ``lm`` (a :class:`setllm.SetLLM`) as ``cfg`` says; returns the summary.
 
@@ -98,6 +102,9 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
         meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
         return run_documents(lm, cfg, records, source, _settings(lm, cfg, task, source, meta))
     template = task.template(cfg.template)
+    if cfg.readout not in TEMPLATE_READOUTS and cfg.template != "modified":  # pmi, verdict: built on the trained judge prompt
+        raise InputError(f"--readout {cfg.readout} reads the trained judge prompt; --template {cfg.template} takes "
+                         f"{' or '.join(r for r in TEMPLATE_READOUTS if r)}")
     # Verifying means running every tested ordering, whatever the modes would need.
     plan = "all" if cfg.verify_invariance else plan_for(cfg.mode_list)
     one_run = not template.shows_options or (template.options_as_set and lm.variant.invariant and not cfg.verify_invariance)
@@ -220,9 +227,11 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    if readout in (None, "likelihood"):  # the template's own prompt and options
+    if readout in TEMPLATE_READOUTS:  # the template's own prompt and options (summed, or per token)
         rendered = [template.render(q.record, o) for q, o in items]
         scores = lm.score([r.prompt for r in rendered], [r.options for r in rendered])
+        if readout == "mean":  # exactly readouts' `mean` on the trained judge prompt, on any template
+            scores = [[OptionScore(x.text, x.mean_logprob, x.mean_logprob, x.n_tokens) for x in row] for row in scores]
     else:
         scores = _readout_scores(lm, [(q.record, o) for q, o in items], readout)
     seconds = (time.perf_counter() - start) / len(items)

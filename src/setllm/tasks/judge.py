@@ -63,6 +63,30 @@ def data_order_and_swapped(k: int) -> list[Ordering]:
 
 JUDGE = Template(_render, shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
 
+# `--template held-out`: the same kind of prompt in words written apart from the trained one
+# (no line or word of its frame in common) and in no training mix, to measure whether a judge
+# adapter learned to judge or learned one prompt. Candidates stay unnamed, one frame each.
+HELD_OUT_HEAD = "Request: {instruction}\n"
+HELD_OUT_INPUT = "Details: {input}\n"
+HELD_OUT_LEAD = "Here are some replies to it.\n"
+HELD_OUT_FRAME = "- {candidate}\n"
+HELD_OUT_EMPTY = "-\n"
+HELD_OUT_CUE = "The most helpful reply is:"
+
+
+def held_out_judge_prompt(instruction: str, candidates: list[str], input: str | None = None) -> SetPrompt:
+    head = HELD_OUT_HEAD.format(instruction=instruction.strip()) + (HELD_OUT_INPUT.format(input=input.strip()) if input else "")
+    frames = [HELD_OUT_FRAME.format(candidate=c.strip()) if c.strip() else HELD_OUT_EMPTY for c in candidates]
+    return template_prompt([head + HELD_OUT_LEAD, Set(frames), HELD_OUT_CUE])
+
+
+def _render_held_out(record: MCRecord, order: Ordering) -> Rendered:
+    candidates = shown(record, order)
+    return Rendered(held_out_judge_prompt(record.question, candidates, record.context), [c.strip() for c in candidates])
+
+
+JUDGE_HELD_OUT = Template(_render_held_out, shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
+
 
 def parse_row(obj: object, where: str, require_label: bool = True) -> MCRecord | None:
     """A judge row as a record (instruction -> question, input -> context, candidates ->
@@ -119,8 +143,8 @@ def _pair_record(obj: object, where: str) -> MCRecord | None:
 
 
 # `--dataset judge --data-file F.jsonl`: a user's judge rows (ties skipped).
-TASK = MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row, held_out=None)
+TASK = MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row, held_out=JUDGE_HELD_OUT)
 # `--dataset ultrafeedback-pairs`: the held-out UltraFeedback test pairs (ties dropped).
 PAIRS = MCTask("ultrafeedback-pairs", "UltraFeedback", JUDGE, JUDGE, eval_split="test", kind="judge", folder="ultrafeedback",
-               parse=_pair_record, held_out=None, hub=HubSource("HuggingFaceH4/ultrafeedback_binarized", None, normalise_hub_pair,
+               parse=_pair_record, held_out=JUDGE_HELD_OUT, hub=HubSource("HuggingFaceH4/ultrafeedback_binarized", None, normalise_hub_pair,
                                                  {"train": "train_prefs", "test": "test_prefs"}))
