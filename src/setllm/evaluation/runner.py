@@ -102,7 +102,7 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
         meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
         return run_documents(lm, cfg, records, source, _settings(lm, cfg, task, source, meta))
     template = task.template(cfg.template)
-    if cfg.readout not in TEMPLATE_READOUTS and cfg.template != "modified":  # pmi, verdict: built on the trained judge prompt
+    if cfg.readout not in TEMPLATE_READOUTS and template is task.held_out:  # pmi, verdict: built on the trained judge prompt
         raise InputError(f"--readout {cfg.readout} reads the trained judge prompt; --template {cfg.template} takes "
                          f"{' or '.join(r for r in TEMPLATE_READOUTS if r)}")
     # Verifying means running every tested ordering, whatever the modes would need.

@@ -51,9 +51,12 @@ def frame(candidate: str) -> str:
     return FRAME.format(candidate=text) if text else EMPTY_FRAME
 
 
-def _render(record: MCRecord, order: Ordering) -> Rendered:
-    candidates = shown(record, order)
-    return Rendered(judge_prompt(record.question, candidates, record.context), [c.strip() for c in candidates])
+def _renderer(prompt):
+    """A judge template's render: ``prompt(instruction, candidates, input)``, the candidates stripped as options."""
+    def render(record: MCRecord, order: Ordering) -> Rendered:
+        candidates = shown(record, order)
+        return Rendered(prompt(record.question, candidates, record.context), [c.strip() for c in candidates])
+    return render
 
 
 def data_order_and_swapped(k: int) -> list[Ordering]:
@@ -61,7 +64,7 @@ def data_order_and_swapped(k: int) -> list[Ordering]:
     return [tuple(range(k)), tuple(reversed(range(k)))]
 
 
-JUDGE = Template(_render, shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
+JUDGE = Template(_renderer(judge_prompt), shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
 
 # `--template held-out`: the same kind of prompt in words written apart from the trained one
 # (no line or word of its frame in common) and in no training mix, to measure whether a judge
@@ -80,12 +83,7 @@ def held_out_judge_prompt(instruction: str, candidates: list[str], input: str | 
     return template_prompt([head + HELD_OUT_LEAD, Set(frames), HELD_OUT_CUE])
 
 
-def _render_held_out(record: MCRecord, order: Ordering) -> Rendered:
-    candidates = shown(record, order)
-    return Rendered(held_out_judge_prompt(record.question, candidates, record.context), [c.strip() for c in candidates])
-
-
-JUDGE_HELD_OUT = Template(_render_held_out, shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
+JUDGE_HELD_OUT = Template(_renderer(held_out_judge_prompt), shows_options=True, options_as_set=True, orderings=data_order_and_swapped)
 
 
 def parse_row(obj: object, where: str, require_label: bool = True) -> MCRecord | None:
