@@ -231,7 +231,8 @@ judge() {  # judge NAME ADAPTER VARIANT: UltraFeedback test pairs in the held-ou
 whole_split() {  # whole_split NAME ADAPTER: the cells the goal was missed on, on the whole split
   local spec ds template out
   for spec in piqa:modified piqa:held-out arc_challenge:held-out; do
-    ds=${spec%%:*} template=${spec#*:} out=$RUNS/eval-full/$1/${spec%%:*}-${spec#*:}-all
+    ds=${spec%%:*} template=${spec#*:}
+    out=$RUNS/eval-full/$1/$ds-$template-all
     [ -f "$out/summary.json" ] || run setllm eval --dataset "$ds" --data-dir "$DATA" --template "$template" --adapter "$2" \
       --variant setmask-setpe --seed 0 --out "$out" --no_progress
   done

@@ -59,5 +59,6 @@ def main() -> None:
             line += f"; minus {names[0]}: {dm:+.4f} ± {dse:.4f}"
         print(line, flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -83,6 +83,9 @@ READOUTS: dict[str, Readout] = {
     )
 }
 DEFAULT_READOUT = "likelihood"
+# Readouts that score the judge prompt alone, so any judge template's own prompt reads them
+# (``setllm eval --template held-out``); the others build prompts of their own on the trained one.
+PROMPT_READOUTS = tuple(name for name, r in READOUTS.items() if r.asks is _judge)
 
 
 def get_readout(name: str) -> Readout:

@@ -25,6 +25,7 @@ from .. import rundir
 from ..api import pick
 from ..data import MCRecord
 from ..errors import InputError, SetLLMError
+from ..readouts import PROMPT_READOUTS
 from ..runtime import weights_fingerprint
 from ..scoring import OptionScore
 from ..tasks import JUDGE_TASKS, MCTask, Template, get_task, load_records
@@ -78,10 +79,6 @@ class _Question:
         }
 
 
-# Readouts that score the template's own prompt and options (the others build their prompts).
-TEMPLATE_READOUTS = (None, "likelihood", "mean")
-
-
 def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, meta: dict | None = None) -> dict:
     """Evaluate ``lm`` (a :class:`setllm.SetLLM`) as ``cfg`` says; returns the summary.
 
@@ -102,9 +99,8 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
         meta = {"model": getattr(lm.model.config, "_name_or_path", None), "adapter": None, **(meta or {})}
         return run_documents(lm, cfg, records, source, _settings(lm, cfg, task, source, meta))
     template = task.template(cfg.template)
-    if cfg.readout not in TEMPLATE_READOUTS and template is task.held_out:  # pmi, verdict: built on the trained judge prompt
-        raise InputError(f"--readout {cfg.readout} reads the trained judge prompt; --template {cfg.template} takes "
-                         f"{' or '.join(r for r in TEMPLATE_READOUTS if r)}")
+    if cfg.readout not in (None, *PROMPT_READOUTS) and template is task.held_out:
+        raise InputError(f"--readout {cfg.readout} reads the trained judge prompt; --template {cfg.template} takes {' or '.join(PROMPT_READOUTS)}")
     # Verifying means running every tested ordering, whatever the modes would need.
     plan = "all" if cfg.verify_invariance else plan_for(cfg.mode_list)
     one_run = not template.shows_options or (template.options_as_set and lm.variant.invariant and not cfg.verify_invariance)
@@ -227,7 +223,7 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    if readout in TEMPLATE_READOUTS:  # the template's own prompt and options (summed, or per token)
+    if readout in (None, *PROMPT_READOUTS):  # the template's own prompt and options (summed, or per token)
         rendered = [template.render(q.record, o) for q, o in items]
         scores = lm.score([r.prompt for r in rendered], [r.options for r in rendered])
         if readout == "mean":  # exactly readouts' `mean` on the trained judge prompt, on any template

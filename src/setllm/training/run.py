@@ -130,7 +130,7 @@ def finished_run(cfg: TrainConfig, checkpoint: str) -> TrainResult | None:
     state = TrainerState.load_from_json(str(state_file))
     if state.global_step < state.max_steps:
         return None
-    summary = json.loads(meta.read_text(encoding="utf-8")).get("training") or {}
+    summary = training_record(cfg.out) or {}
     if summary.get("steps") != state.global_step:
         return None
     return TrainResult(cfg.out, summary.get("examples", 0), state.global_step, summary.get("final_loss"), 0.0, summary.get("tokens", 0))
@@ -245,13 +245,13 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
         "config": cfg.recorded(),
     }
     if cfg.init_adapter:  # the stages before this one: the file says what the adapter is, not only its last stage
-        summary["init_training"] = earlier_training(cfg.init_adapter)
+        summary["init_training"] = training_record(cfg.init_adapter)
     # What the preference loss ranked, as the judge reads it: read so by default.
     readout = PREFERENCE_READOUTS[cfg.preference_score] if cfg.objective == "preference" else None
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
 
 
-def earlier_training(adapter_dir: str | Path) -> dict | None:
+def training_record(adapter_dir: str | Path) -> dict | None:
     """The ``training`` record of an adapter's ``setllm.json`` (None if it has none)."""
     path = Path(adapter_dir) / METADATA_FILE
     return read_json(path).get("training") if path.is_file() else None
