@@ -35,7 +35,7 @@ build() {  # the rank stage's yaml reads stage 1 from runs/default/adapter-bf16
     setllm export adapter "$out" "$out-bf16" --dtype bf16
   }
   setllm train --config "$RANK_CONFIG" --init-adapter "$out-bf16" --out "$out-rank" "$@"
-  setllm export adapter "$out-rank" "$DEST" --dtype bf16
+  setllm export adapter "$out-rank" "$DEST" --dtype bf16 --overwrite  # replaces the shipped adapter's files
   setllm demo
 }
 

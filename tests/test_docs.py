@@ -10,6 +10,7 @@ Blocks run the real embedded model, so they are marked slow. Parsing is Sybil's.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -78,3 +79,21 @@ def test_console_block_prints_what_the_docs_show(path, line, block, request):
 def test_the_console_parser_reads_commands_and_outputs():
     assert steps("$ echo a\na\n$ true\n") == [("echo a", "a"), ("true", "")]
     assert matches('{"x": ..., "y": 2}', '{"x": -1.2345, "y": 2}') and not matches('{"x": 1}', '{"x": 2}')
+
+
+def python_blocks_that_print() -> list:
+    """Python blocks of the docs that say what they print (``# prints "..."``)."""
+    parser = sybil.Sybil(parsers=[CodeBlockParser("python", evaluator=lambda example: None)])
+    return [pytest.param(path, example.line, example.parsed, id=f"{path.name}:{example.line}", marks=pytest.mark.slow)
+            for path in DOCS for example in parser.parse(path) if re.search(r'# prints "', example.parsed)]
+
+
+@pytest.mark.parametrize("path, line, block", python_blocks_that_print())
+def test_python_block_prints_what_the_docs_say(path, line, block, request):
+    """Run against the real server where a block talks to 127.0.0.1:8000 (an OpenAI client, say)."""
+    address = request.getfixturevalue("server") if "127.0.0.1:8000" in block else None
+    code = block.replace("127.0.0.1:8000", address) if address else block
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{path.name}:{line} failed:\n{done.stderr[-2000:]}"
+    expected = "".join(ast.literal_eval(m) + "\n" for m in re.findall(r'# prints (".*")', block))
+    assert done.stdout == expected, f"{path.name}:{line} printed {done.stdout!r}, the docs say {expected!r}"

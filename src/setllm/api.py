@@ -19,7 +19,7 @@ from .batch import collate
 from .codec import Codec
 from .encoding import EncodedPrompt
 from .errors import InputError, SetLLMWarning
-from .load_options import LoadOptions
+from .load_options import LoadOptions, apply_threads
 from .loading import Origin, load_model
 from .prompt import PromptLike, SetPrompt, as_prompt
 from .runtime import check_model, forward, use_auto_attention
@@ -158,6 +158,7 @@ class SetLLM:
         """Load what ``options`` says (the one loader of the library, the CLI, the server and
         the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
         model, adapter, info = options.sources(kind)
+        apply_threads(options.threads)  # before loading: the adapter merge runs on them too
         auto = options.attn == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
         net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
                               allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
@@ -188,9 +189,9 @@ class SetLLM:
     def judge_readout(self) -> str:
         """The readout :meth:`judge` uses unless told: the one the adapter was trained for
         (``setllm.json``), else :data:`setllm.readouts.DEFAULT_READOUT`."""
-        from .readouts import DEFAULT_READOUT
+        from .readouts import trained_readout
 
-        return self.origin.trained_as.readout or DEFAULT_READOUT
+        return trained_readout(self.origin.trained_as)
 
     @property
     def pad_id(self) -> int:
@@ -220,14 +221,24 @@ class SetLLM:
         return self.codec.response_ids(prompt, option, self.options.eos if eos is None else eos)
 
     # -- score --------------------------------------------------------------------------
-    def score(self, prompts: PromptLike | Sequence[PromptLike], options: Sequence[Sequence[str]] | None = None,
-              eos: bool | None = None) -> list[list[scoring.OptionScore]]:
-        """Log-likelihood of each option as the response to each prompt.
+    def score(self, prompts: PromptLike | Sequence[PromptLike], options: Sequence[str] | Sequence[Sequence[str]] | None = None,
+              eos: bool | None = None) -> list[scoring.OptionScore] | list[list[scoring.OptionScore]]:
+        """Log-likelihood of each option as the response to a prompt, or to each of a list.
 
-        ``options[i]`` are prompt ``i``'s candidates; by default the elements of its set.
+        One prompt (markup text, a list holding a set, a :class:`SetPrompt`...) takes a flat
+        list of ``options`` and returns its scores, a flat list, as HTTP ``/v1/score`` does:
+        ``lm.score("Pick one:\n{{apple\n||dog\n}}Answer:", ["apple", "dog"])``. A list of
+        prompts takes one list of options per prompt (``options[i]``: prompt ``i``'s) and
+        returns one list of scores per prompt; so does one prompt given options nested that
+        way (``[["apple", "dog"]]``). Options default to the elements of the prompt's set.
         Each option is scored as its text + EOS (``eos=False``: the text alone).
         """
-        prompts = _prompt_list(prompts)
+        if _is_single_prompt(prompts) and not _nested(options):
+            flat = None if options is None else [_option_list(options, "options", empty=True)]
+            return self._score_many([as_prompt(prompts)], flat, eos)[0]
+        return self._score_many(_prompt_list(prompts), options, eos)
+
+    def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None) -> list[list[scoring.OptionScore]]:
         # Default options keep the caller's element order; the scores come back in it.
         # An empty option is a response of EOS alone (a judge's empty candidate); without EOS it tokenizes to nothing (refused).
         options = [options_of(p) for p in prompts] if options is None else [_option_list(o, f"options[{i}]", empty=True) for i, o in enumerate(options)]
@@ -284,6 +295,10 @@ class SetLLM:
         from .tasks.documents import documents_prompt
 
         docs = _option_list(documents, "documents")
+        if not docs:
+            raise InputError("documents: answering needs at least one document, got none")
+        if not isinstance(question, str) or not question.strip():
+            raise InputError(f"question must be non-empty text, got {question!r}")
         return self.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
 
     # -- generate -----------------------------------------------------------------------
@@ -360,6 +375,12 @@ def _is_single_prompt(obj) -> bool:
         return True
     return isinstance(obj, (list, tuple)) and any(isinstance(x, (set, frozenset)) or type(x).__name__ == "Set"
                                                   or (isinstance(x, dict) and "set" in x) for x in obj)
+
+
+def _nested(options) -> bool:
+    """Options given one list per prompt (``[["a", "b"]]``), not one flat list (``["a", "b"]``)."""
+    return (isinstance(options, Sequence) and not isinstance(options, str) and len(options) > 0
+            and all(isinstance(o, Sequence) and not isinstance(o, str) for o in options))
 
 
 def _prompt_list(obj) -> list[SetPrompt]:

@@ -1,7 +1,7 @@
 """Multiple-choice records and JSONL reading, shared by every task.
 
-Records are ``{"id", "question", "context"?, "choices": [...], "label": int}`` (the format of
-``../shared/data``); where each benchmark's data comes from, and how a hub row becomes such a
+Records are ``{"id", "question", "context"?, "choices": [...], "label": int}`` (what
+``--data-dir D`` holds as ``D/<dataset>/<split>.jsonl``); where each benchmark's data comes from, and how a hub row becomes such a
 record, is its task file's business (:mod:`setllm.tasks`).
 """
 

@@ -24,6 +24,10 @@ class OptionError(InputError):
         return InputError(f"{spell(self.name)} {self.problem}")
 
 
+THREADS_ENV = "SETLLM_THREADS"
+THREADS_HELP = (f"CPU threads for torch (default: ${THREADS_ENV}, else one per core); on a machine shared with other jobs "
+                "use 1: torch's threads spin against theirs and every step waits for the slowest")
+
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 
@@ -49,6 +53,7 @@ class LoadOptions:
     eos: bool | None = field(default=None, metadata=tristate(
         "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
     batch_size: int = field(default=8, metadata={"help": "prompts per forward pass", "metavar": "N"})
+    threads: int | None = field(default=None, metadata={"help": THREADS_HELP, "metavar": "N"})
     allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
     allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
     allow_base_mismatch: bool = field(default=False, metadata={"help": "apply an adapter trained on another base model (with a warning)"})
@@ -62,6 +67,8 @@ class LoadOptions:
             check_attention(self.attn)
         if self.batch_size < 1:
             raise OptionError("batch_size", f"must be at least 1, got {self.batch_size}")
+        if self.threads is not None and self.threads < 1:
+            raise OptionError("threads", f"must be at least 1, got {self.threads}")
         if self.dtype not in DTYPES:
             raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.variant is not None:
@@ -130,6 +137,32 @@ class LoadOptions:
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
+
+
+def apply_threads(threads: int | None = None) -> int | None:
+    """Set torch's CPU thread count: ``threads``, else ``$SETLLM_THREADS``, else leave torch's
+    default (one per core). Returns the count set, or None. Called before a model loads, so
+    the LoRA merge and every forward after it run on that many threads."""
+    if threads is None:
+        threads = threads_from_env()
+    if threads is None:
+        return None
+    import torch
+
+    torch.set_num_threads(threads)
+    return threads
+
+
+def threads_from_env() -> int | None:
+    """``$SETLLM_THREADS`` as a count (unset or empty: None); a bad value is one line."""
+    import os
+
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(f"${THREADS_ENV} must be a whole number of threads >= 1, got {text!r}")
+    return int(text)
 
 
 MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.gguf", "*.model", "*.txt")  # config, weights, tokenizer

@@ -88,6 +88,13 @@ DEFAULT_READOUT = "likelihood"
 PROMPT_READOUTS = tuple(name for name, r in READOUTS.items() if r.asks is _judge)
 
 
+def trained_readout(info) -> str:
+    """The readout a judge reads with unless told: the one its adapter (or model folder)
+    records in ``setllm.json`` (``info``: its :class:`setllm.loading.AdapterInfo`), else
+    :data:`DEFAULT_READOUT`. Known before any model loads."""
+    return info.readout or DEFAULT_READOUT
+
+
 def get_readout(name: str) -> Readout:
     from .errors import InputError
 

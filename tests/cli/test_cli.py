@@ -164,7 +164,7 @@ def test_setllm_warnings_print_once_as_one_line(model_dir, capsys, monkeypatch):
     import setllm.encoding
 
     monkeypatch.setattr(setllm.encoding, "_warned", False)  # it warns once per process
-    code, _, err = cli(capsys, "generate", "--prompt", "a\\n{{x||y}}Answer: ", "--max-new-tokens", "2", "--model", model_dir)
+    code, _, err = cli(capsys, "generate", "--prompt", "a\\n{{x||y}}Answer: ", "--max-new-tokens", "2", "--model", model_dir, "--adapter", "none")
     assert code == 0
     warning_lines = [line for line in err.splitlines() if "warning" in line.lower()]
     assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: a prompt segment ends with a space")

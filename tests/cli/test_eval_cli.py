@@ -118,3 +118,10 @@ def test_config_file_takes_every_option_name_including_model_ones(model_dir, tmp
     bad.write_text("dataset: arc_challenge\nlimit: many\n")
     assert main(["eval", "--config", str(bad), "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip().startswith("error: argument --limit: invalid int value: 'many'")
+
+
+def test_a_model_with_no_adapter_is_said_to_read_untrained_set_llm(model_dir, tmp_path, capsys):
+    args = [a for a in eval_args(model_dir, tmp_path / "auto", "--limit", "1", "--modes", "single") if a not in ("--adapter", "none")]
+    assert main(args) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "has no shipped adapter: this is the untrained Set-LLM reading (setmask-setpe)" in warnings[0]

@@ -71,7 +71,8 @@ def test_a_row_longer_than_the_context_is_named(capsys, tmp_path):
     src = tmp_path / "rows.jsonl"
     src.write_text(json.dumps({"instruction": "Q", "candidates": ["word " * 80, "short"]}) + "\n")
     code, _, err = cli(capsys, "judge", "--input", str(src), "--output", str(tmp_path / "v.jsonl"), "--model", str(small), "--adapter", "none")
-    assert code == 2 and f"{src}:1: prompt is" in err and "longer than the model's context" in err
+    assert code == 2 and f"{src}:1 (id '0'): prompt is" in err and "longer than the model's context" in err
+    assert "its candidates are the longest part" in err
 
 
 def test_judging_defaults_to_the_shipped_judge_adapter():
@@ -89,3 +90,53 @@ def test_judging_defaults_to_the_shipped_judge_adapter():
     assert LoadOptions(adapter="none").adapter_path("judge") is None and LoadOptions(adapter="/my/adapter").adapter_path("judge") == "/my/adapter"
     with pytest.raises(Exception, match="unknown adapter kind 'rank'"):
         default_adapter("rank")
+
+
+def test_a_resume_is_keyed_on_the_readout_the_run_resolves_to(capsys, tmp_path):
+    """The judge's own readout (its setllm.json) named with --readout is the same job; another
+    readout is refused as judged under another readout, not as another file's rows."""
+    judge = tmp_path / "judge"
+    tiny_model("llama").save_pretrained(judge)
+    tiny_tokenizer().save_pretrained(judge)
+    (judge / "setllm.json").write_text(json.dumps({"readout": "mean"}))  # a full fine-tune records what it was trained as
+    src, out = tmp_path / "j.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"id": "j0", "instruction": "Say hi", "candidates": ["Hello!", "Go away."]}) + "\n")
+    args = ["judge", "--input", str(src), "--output", str(out), "--model", str(judge), "--adapter", "none", "--no-progress"]
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "readout mean" in err and "1 judged" in err
+    code, _, err = cli(capsys, *args, "--readout", "mean")
+    assert code == 0 and err.strip() == f"0 judged, 1 already in {out}"
+    code, _, err = cli(capsys, *args, "--readout", "likelihood")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{out}:1 was judged under another readout ('mean'; this run: 'likelihood')" in err and "--overwrite" in err
+
+
+def _long_judge_model(tmp_path):
+    small = tmp_path / "small"
+    tiny_model("llama", max_position_embeddings=64).save_pretrained(small)
+    tiny_tokenizer().save_pretrained(small)
+    return small
+
+
+def test_a_too_long_row_is_named_before_anything_is_written_and_skipped_with_skip_bad(capsys, tmp_path):
+    small = _long_judge_model(tmp_path)
+    src, out = tmp_path / "rows.jsonl", tmp_path / "v.jsonl"
+    rows = [{"id": "ok", "instruction": "Q", "candidates": ["a", "b"]},
+            {"id": "long", "instruction": "word " * 80, "candidates": ["yes", "no"]},
+            '{"instruction": "Q", "candidates": ["only"]}']
+    src.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    args = ["judge", "--input", str(src), "--output", str(out), "--model", str(small), "--adapter", "none", "--no-progress"]
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and f"{src}:3: " in err and not out.exists()  # a malformed row is found first, before loading
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 2 and not out.exists()  # the model line, then the error
+    error = err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {src}:2 (id 'long'): prompt is") and "longer than the model's context" in error
+    assert "its instruction is the longest part" in error and "candidates" not in error.split("context")[-1]
+    src.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    code, _, err = cli(capsys, *args, "--skip-bad")
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert code == 0 and len(warning) == 1 and "skipped 2 bad row(s)" in warning[0] and f"{src}:2 (id 'long')" in warning[0]
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["ok"] and "1 judged, 0 already" in err
+    assert "2 skipped as bad" in err

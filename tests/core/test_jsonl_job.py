@@ -163,3 +163,37 @@ def test_a_local_model_retrained_in_place_is_another_model(tmp_path):
     before = local_model_fingerprint(gguf)
     gguf.write_bytes(b"two")
     assert local_model_fingerprint(gguf) != before
+
+
+def test_choose_names_a_too_long_row_before_writing_and_skips_it_with_skip_bad(capsys, tmp_path):
+    from tiny import tiny_model, tiny_tokenizer
+
+    small = tmp_path / "small"
+    tiny_model("llama", max_position_embeddings=64).save_pretrained(small)
+    tiny_tokenizer().save_pretrained(small)
+    src, out = tmp_path / "in.jsonl", tmp_path / "sub" / "out.jsonl"
+    write(src, {"question": "Colour?", "options": ["red", "blue"]}, {"id": "big", "question": "Colour?", "context": "word " * 80,
+                                                                      "options": ["red", "blue"]})
+    args = ["choose", "--input", str(src), "--output", str(out), "--model", str(small), "--adapter", "none", "--no-progress"]
+    code, _, err = run_cli(capsys, *args)
+    error = err.strip().splitlines()[-1]
+    assert code == 2 and error.startswith(f"error: {src}:2 (id 'big'): prompt is") and "its context is the longest part" in error
+    assert not out.exists() and not out.parent.exists()  # "before anything is written"
+    code, _, err = run_cli(capsys, *args, "--skip-bad")
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert code == 0 and len(warning) == 1 and "skipped 1 bad row(s)" in warning[0] and f"{src}:2 (id 'big')" in warning[0]
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["0"] and "1 answered, 0 already" in err
+
+
+def test_answers_under_other_settings_are_refused_naming_the_setting(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write(src, {"q": "x"}, {"q": "y"})
+    rows = jsonl_job.read_rows(src, parse).rows
+    jsonl_job.run(rows[:1], out, answer, 1, progress=False, by="m", settings={"readout": "mean"})
+    assert json.loads(out.read_text())["settings"] == {"readout": "mean"}
+    assert jsonl_job.todo(rows, out, by="m", settings={"readout": "mean"}, verb="judged") == rows[1:]
+    with pytest.raises(DataError, match=r"out.jsonl:1 was judged under another readout \('mean'; this run: 'pmi'\); .*--overwrite"):
+        jsonl_job.todo(rows, out, by="m", settings={"readout": "pmi"}, verb="judged")
+    write(out, {"id": "0", "a": "X", "row": "0123456789abcdef", "by": "m"})  # an older setllm hashed the readout into "row"
+    with pytest.raises(DataError, match=r"out.jsonl:1 was judged by an older setllm that did not record its readout"):
+        jsonl_job.todo(rows, out, by="m", settings={"readout": "mean"}, verb="judged")

@@ -71,3 +71,45 @@ def test_none_is_no_adapter_and_auto_depends_on_the_task():
     assert LoadOptions(adapter=None).adapter == "none" and LoadOptions(adapter=None).adapter_path() is None
     assert LoadOptions().adapter_path("judge") == default_adapter("judge")
     assert LoadOptions(model="elsewhere").adapter_path() is None  # the shipped adapters fit the embedded model only
+
+
+@pytest.fixture
+def restore_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_threads_are_set_before_the_model_loads(model_dir, monkeypatch, restore_threads):
+    """``threads=N`` (``--threads N``), else ``$SETLLM_THREADS``, sets torch's thread count."""
+    import torch
+
+    torch.set_num_threads(2)
+    SetLLM.from_pretrained(model_dir, adapter="none", threads=1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)
+    monkeypatch.setenv("SETLLM_THREADS", "1")
+    SetLLM.from_pretrained(model_dir, adapter="none")
+    assert torch.get_num_threads() == 1
+    monkeypatch.setenv("SETLLM_THREADS", "")  # empty: unset, torch's own default stays
+    torch.set_num_threads(2)
+    SetLLM.from_pretrained(model_dir, adapter="none")
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("command", ["choose", "generate", "judge", "serve", "eval", "demo", "train"])
+def test_every_command_that_computes_takes_threads(command):
+    _, sub = build_parser(command)
+    assert "--threads" in {o for a in sub._actions for o in a.option_strings}
+
+
+def test_bad_thread_counts_are_one_line(model_dir, monkeypatch, capsys, restore_threads):
+    from setllm.cli import main
+
+    assert main(["choose", "Q?", "--options", "a", "b", "--model", model_dir, "--threads", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --threads must be at least 1, got 0"
+    monkeypatch.setenv("SETLLM_THREADS", "two")
+    assert main(["choose", "Q?", "--options", "a", "b", "--model", model_dir]) == 2
+    assert capsys.readouterr().err.strip() == "error: $SETLLM_THREADS must be a whole number of threads >= 1, got 'two'"

@@ -150,7 +150,7 @@ def test_the_embedded_gguf_by_path_is_the_default_model(lm):
     by_path = SetLLM.from_pretrained(str(embedded_gguf()), batch_size=8)
     assert (by_path.origin.model, by_path.origin.adapter) == (lm.origin.model, lm.origin.adapter)
     prompt = mc_prompt(QUESTION, OPTIONS)
-    assert [s.logprob for s in by_path.score(prompt)[0]] == [s.logprob for s in lm.score(prompt)[0]]
+    assert [s.logprob for s in by_path.score(prompt)] == [s.logprob for s in lm.score(prompt)]
 
 
 def test_the_readme_generate_example_names_a_fruit(lm):

@@ -34,7 +34,7 @@ def test_a_gguf_file_loads_by_path_and_scores_like_its_source(gguf_file, cache):
     prompt = mc_prompt("Which is a fruit?", OPTIONS)
     assert lm.origin.model == str(gguf_file) and lm.tokenizer.encode("The quick fox") == ref.tokenizer.encode("The quick fox")
     # The same f32 weights: equal up to rounding (the loaded model is another object, other kernels may run).
-    assert [s.logprob for s in lm.score(prompt)[0]] == pytest.approx([s.logprob for s in ref.score(prompt)[0]], abs=1e-5)
+    assert [s.logprob for s in lm.score(prompt)] == pytest.approx([s.logprob for s in ref.score(prompt)], abs=1e-5)
     assert len(list((cache / "gguf").iterdir())) == 1
 
 
@@ -108,7 +108,7 @@ def test_gemma3_by_name_is_assembled_and_converted_once(fake_gemma3_wheel, cache
     assert sorted(p.name for p in cache.iterdir()) == ["gemma3-270m"]  # the assembled GGUF is gone
     ref = SetLLM(tiny_model("llama"), tiny_tokenizer())
     prompt = mc_prompt("Which is a fruit?", OPTIONS)
-    assert [s.logprob for s in lm.score(prompt)[0]] == pytest.approx([s.logprob for s in ref.score(prompt)[0]], abs=1e-5)
+    assert [s.logprob for s in lm.score(prompt)] == pytest.approx([s.logprob for s in ref.score(prompt)], abs=1e-5)
     code, out, err = run_cli(capsys, "choose", "Which is a fruit?", "--options", *OPTIONS, "--model", "gemma3-270m", "--json")
     assert code == 0 and "setllm: gemma3-270m, adapter none" in err
 

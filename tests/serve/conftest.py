@@ -8,6 +8,16 @@ from tiny import tiny_model, tiny_tokenizer
 from setllm import SetLLM
 
 
+@pytest.fixture(autouse=True)
+def batch_check_cache(tmp_path, monkeypatch):
+    """Each test checks batching afresh: a verdict remembered from another test's (patched)
+    model must not decide this one's."""
+    from setllm.serve import batch_check
+
+    monkeypatch.setattr(batch_check, "cache_dir", lambda: tmp_path / "setllm-cache")
+    return tmp_path / "setllm-cache" / batch_check.CACHE_FILE
+
+
 @pytest.fixture(scope="module")
 def lm():
     return SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")

@@ -19,6 +19,7 @@ def serving(lm, judge_lm=None, **config):
     """A started app (lifespan run) and a client for it."""
     app = create_app(lm, ServeConfig(**config), judge_lm=judge_lm)
     with TestClient(app, raise_server_exceptions=False) as client:
+        client.portal.call(app.state.service.settled)  # batching as checked, not as while checking
         yield client
 
 
@@ -40,6 +41,7 @@ def concurrently(app, requests: list[tuple[str, dict]], before=None) -> list[htt
 
     async def main():
         async with app.router.lifespan_context(app):
+            await app.state.service.settled()
             if before is not None:
                 before(app)
             transport = httpx.ASGITransport(app=app)

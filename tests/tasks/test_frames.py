@@ -72,5 +72,7 @@ def test_the_command_writes_rows_and_refuses_bad_requests(tmp_path, capsys):
     assert len(rows) == 4 and rows == mc_framed(TASKS["piqa"], load_records(TASKS["piqa"], "train", str(FIXTURES))[0], 4, 1)
     assert main(["data", "mc-framed", "--task", "judge", "--data-dir", str(FIXTURES), "--out", str(out)]) == 2
     assert "--task: one of the multiple-choice benchmarks (piqa, arc_challenge, commonsense_qa, social_iqa), got 'judge'" in capsys.readouterr().err
-    assert main(["data", "mc-framed", "--task", "piqa", "--out", str(out)]) == 2
-    assert "missing --data-dir: e.g. --task piqa" in capsys.readouterr().err
+    assert main(["data", "mc-framed", "--task", "piqa", "--data-dir", str(FIXTURES)]) == 2
+    assert "missing --out: e.g. --task piqa" in capsys.readouterr().err
+    assert main(["data", "mc-framed", "--task", "piqa", "--out", str(out)]) == 2  # no --data-dir: the hub, offline here
+    assert "could not load ybisk/piqa split 'train' from the hub" in capsys.readouterr().err

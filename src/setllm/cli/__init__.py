@@ -49,7 +49,14 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, a
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # Ctrl-C while a command is still being built (its imports take seconds)
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     unknown = [a for a in argv[: argv.index(command) if command else len(argv)] if a not in ("-h", "--help", "--version")]
     if unknown:  # argparse would only say that COMMAND is missing

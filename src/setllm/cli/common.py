@@ -4,9 +4,11 @@ user errors."""
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,13 +44,31 @@ class LightParser(argparse.ArgumentParser):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``(default: X)`` only where it tells the reader something: not after a help text that
-    already says its default, nor for an absent value (None, ""), nor for an on/off flag."""
+    already says its default, nor for an absent value (None, ""), nor for an on/off flag.
+    Every flag is shown dashed, as the CLI's own are written: the underscore spelling
+    HfArgumentParser also makes from a field name (``--batch_size``) still parses, unshown."""
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, [_dashed(a) for a in actions], groups, prefix)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(_dashed(action))
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         default, text = action.default, action.help or ""
         if default in (None, "", argparse.SUPPRESS) or isinstance(default, bool) or "default" in text:
             return action.help
         return super()._get_help_string(action)
+
+
+def _dashed(action: argparse.Action) -> argparse.Action:
+    """``action`` as help shows it: without an underscore flag that has a dashed twin."""
+    shown = [o for o in action.option_strings if not (o.startswith("--") and "_" in o and "--" + o[2:].replace("_", "-") in action.option_strings)]
+    if shown == action.option_strings:
+        return action  # the same object: argparse finds mutually exclusive groups by identity
+    view = copy.copy(action)
+    view.option_strings = shown
+    return view
 
 
 class RawHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
@@ -90,6 +110,13 @@ def add_command(sub, name: str, configs: Sequence[type], config_file: bool = Fal
         p.add_argument("--config", metavar="FILE", help="YAML or JSON file of options (keys: the flag names); flags override it")
     p.set_defaults(_configs=tuple(configs))
     return p
+
+
+def plain_help(text: str) -> str:
+    """A docstring as help text: reST's roles (``:mod:`x```) and literals (````x````) as plain
+    `x`, its ``::`` as ``:``, lines joined."""
+    text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
+    return " ".join(text.replace("``", "`").replace("::", ":").split())
 
 
 def apply_config_file(parser: argparse.ArgumentParser, path: str) -> None:
@@ -175,6 +202,27 @@ def add_file_job_flags(p: argparse.ArgumentParser, input_help: str, output_help:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar for --input")
 
 
+def announce(lm, args: argparse.Namespace, kind: str = "choose", readout: str | None = None) -> None:
+    """Say on stderr which model, adapter and variant answer (:func:`describe`), and warn
+    when a model of the user's, left without an adapter (``--adapter auto``), is read as
+    untrained Set-LLM: setllm ships adapters for the embedded model only."""
+    print(describe(lm, kind, readout), file=sys.stderr)
+    warn_if_untrained(lm, args)
+
+
+def warn_if_untrained(lm, args: argparse.Namespace) -> None:
+    """One warning where a model of the user's, left without an adapter (``--adapter
+    auto``), is read as untrained Set-LLM."""
+    import warnings
+
+    from ..errors import SetLLMWarning
+
+    if getattr(args, "adapter", None) == "auto" and lm.origin.adapter is None and lm.variant.invariant and lm.origin.trained_as.variant is None:
+        warnings.warn(f"--model {lm.origin.model} has no shipped adapter: this is the untrained Set-LLM reading ({lm.variant.name}), "
+                      "not a model trained on sets; pass --adapter DIR (`setllm train` makes one), --variant causal-pe for the "
+                      "base model as it is, or --adapter none to read it so without this warning", SetLLMWarning, stacklevel=2)
+
+
 def describe(lm, kind: str = "choose", readout: str | None = None) -> str:
     """Which model, adapter and variant answer (said on stderr by every answering command);
     a judge also says its readout (asked, else the one the adapter was trained for)."""
@@ -183,25 +231,88 @@ def describe(lm, kind: str = "choose", readout: str | None = None) -> str:
 
 
 def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose",
-                 settings: dict | None = None) -> int:
+                 settings: dict | None = None, fit=None) -> int:
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked, the output checked against the input and writable before the model loads
-    (and no model loads when nothing is left); then batched, resumable, in input order
-    (:mod:`setllm.jsonl_job`; an answer given under other ``settings`` or by another model is not resumed). ``make_answer(lm, rows)`` returns the batch function (and may
-    check the rows against the loaded model first)."""
+    (and no model loads when nothing is left); then every row left checked against the
+    loaded model (``fit(lm, row)`` raises :class:`setllm.data.DataError` naming a row that
+    does not fit: an error, or skipped with ``--skip-bad``) before anything is written; then
+    batched, resumable, in input order (:mod:`setllm.jsonl_job`). ``settings``: what else an
+    answer depends on, as this run resolved it (an answer under other settings, or by another
+    model, is refused, never resumed). ``make_answer(lm, rows)`` returns the batch function."""
     from .. import jsonl_job
 
     if not (args.input and args.output) or any(getattr(args, name) for name in single):
         flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
-    read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, settings)
+    read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, warn=False)
     jsonl_job.check_output(args.output, args.input)
     by = config_from_args(LoadOptions, args).identity(kind)  # answers by another model are not resumed
-    left = jsonl_job.todo(read.rows, args.output, args.overwrite, by)
+    left = jsonl_job.todo(read.rows, args.output, args.overwrite, by, settings, verb)
     if left:
         lm = load_setllm(args, progress=False, kind=kind)
-        print(describe(lm, kind, (settings or {}).get("readout")), file=sys.stderr)
-        jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows), by=by)
+        announce(lm, args, kind, (settings or {}).get("readout"))
+        if fit is not None:
+            left = _fitting(lm, left, fit, read, args.skip_bad)
+        read.warn(args.input)
+        if left:
+            jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows), by=by, settings=settings)
+    else:
+        read.warn(args.input)
     skipped = f", {len(read.skipped)} skipped as bad" if read.skipped else ""
     print(f"{len(left)} {verb}, {len(read.rows) - len(left)} already in {args.output}{skipped}", file=sys.stderr)
     return 0
+
+
+def _fitting(lm, rows: list[dict], fit, read, skip_bad: bool) -> list[dict]:
+    """``rows`` less those ``fit`` refuses (an error, unless ``skip_bad``: then counted in ``read``)."""
+    from ..data import DataError
+
+    bad, errors = [], []
+    for row in rows:
+        try:
+            fit(lm, row)
+        except DataError as e:
+            if not skip_bad:
+                raise
+            bad.append(row)
+            errors.append(str(e))
+    read.skip(bad, errors)
+    return [r for r in rows if not any(r is b for b in bad)]
+
+
+def check_fit(lm, row: dict, asks, parts: dict) -> None:
+    """Refuse a row whose prompts (``asks``: ``(prompt, responses)`` pairs, each prompt with
+    its longest response) do not fit the model's context, with a
+    :class:`setllm.data.DataError` naming the row (``file:line`` and id) and, where it is too
+    long, the longest of its ``parts`` (name -> text, or list of texts): the one to shorten."""
+    from ..data import DataError
+    from ..prompt import PromptError
+
+    limit = lm.codec.max_tokens
+    for prompt, responses in asks:
+        try:
+            enc = lm.encode(prompt)
+            end = enc.positions(lm.variant.positions)[1]
+            longest = max((len(lm.response_ids(prompt, r)) for r in responses), default=0)
+        except PromptError as e:
+            problem = str(e)
+        else:
+            if limit is None or end + longest <= limit:
+                continue
+            problem = f"prompt is {len(enc)} tokens and its longest response {longest}, longer than the model's context ({limit} tokens)"
+        hint = f"; {_longest_part(lm, parts)}" if "longer than" in problem else ""
+        raise DataError(f"{row['where']} (id {row['id']!r}): {problem}{hint}")
+
+
+def _longest_part(lm, parts: dict) -> str:
+    """Which part of a row to shorten: the one of most tokens (a list counts all its texts)."""
+    def tokens(value) -> int:
+        texts = [value] if isinstance(value, str) else list(value or ())
+        return sum(len(lm.codec.encoder.tokenize(t)) for t in texts if t)
+
+    counts = {name: tokens(value) for name, value in parts.items()}
+    name = max(counts, key=counts.get)
+    if isinstance(parts[name], str):
+        return f"its {name} is the longest part ({counts[name]:,} tokens): shorten it"
+    return f"its {name} are the longest part ({counts[name]:,} tokens in all): shorten them"

@@ -4,9 +4,8 @@
 ``setllm data kv-retrieval --pairs 20 --n 500 --seed 1 --out kv.jsonl``: Liu et al.'s
 key-value retrieval. ``setllm data kv-phrased --phrasings held-out --docs 8 --out kv.jsonl``:
 key-value facts in many phrasings (train ones, or held-out ones no training mix holds).
-``setllm data qa-lookup --data-dir ../shared/data --source commonsense_qa --docs 10 --out
-qa.jsonl``: natural-language statements from a benchmark. ``setllm data mc-framed --task piqa
---data-dir ../shared/data --n 2400 --out piqa.jsonl``: a benchmark's questions as training
+``setllm data qa-lookup --source commonsense_qa --docs 10 --out qa.jsonl``: natural-language
+statements from a benchmark. ``setllm data mc-framed --task piqa --n 2400 --out piqa.jsonl``: a benchmark's questions as training
 rows in several frames (:mod:`setllm.tasks.frames`).
 """
 
@@ -14,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
-from .common import add_command, config_from_args
+from .common import RawHelpFormatter, add_command, config_from_args, plain_help
 
 
 def add_parser(sub, name: str = "data"):
@@ -26,7 +26,7 @@ def add_parser(sub, name: str = "data"):
     from ..tasks.phrasings import KVPhrasedConfig
 
     p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+                       description=_examples(__doc__.split("\n\n")[1]), formatter_class=RawHelpFormatter)
     gens = p.add_subparsers(dest="generator", required=True, metavar="GENERATOR")
     kv = add_command(gens, "kv-retrieval", [KVRetrievalConfig], help="k random UUID-like key-value pairs as documents; ask one key",
                      description="Liu et al. (2023)'s synthetic key-value retrieval: each row's documents are K pairs "
@@ -45,6 +45,13 @@ def add_parser(sub, name: str = "data"):
                                  "template among them, the options as a set; never the held-out template.")
     mc.set_defaults(func=cmd_framed)
     return p
+
+
+def _examples(text: str) -> str:
+    """The module docstring's examples (````command````: what it writes) as help: each
+    command on a line of its own, what it writes under it, no reST markup."""
+    pairs = re.findall(r"``(.+?)``:\s+(.+?)(?=\s*``|$)", text, re.S)
+    return "\n".join(f"{plain_help(cmd)}\n    {plain_help(what)}" for cmd, what in pairs) or plain_help(text)
 
 
 def cmd_kv(args: argparse.Namespace) -> int:

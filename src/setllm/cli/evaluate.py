@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import LoadOptions, add_command, config_from_args, load_setllm
+from .common import LoadOptions, add_command, config_from_args, load_setllm, warn_if_untrained
 
 
 def add_parser(sub, name: str):
@@ -55,6 +55,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     args.device = world.device(args.device, torch.cuda.is_available())
     # Judging and documents have shipped adapters of their own; the benchmarks read with the choose one.
     lm = load_setllm(args, progress=False, kind="choose" if task.kind == "mc" else task.kind)
+    warn_if_untrained(lm, args)
     if task.kind == "mc":  # templates are the multiple-choice tasks
         lm.origin.trained_as.check_template(cfg.template)
     summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})

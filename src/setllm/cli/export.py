@@ -4,7 +4,7 @@
 exactly what ``setllm eval`` asks under another template (the paper's *original* one, the
 ``Causal Mask+PE*`` rows), export the split and train on the file::
 
-    setllm export data --dataset arc_challenge --template original --data-dir ../shared/data --out arc_orig.jsonl
+    setllm export data --dataset arc_challenge --template original --out arc_orig.jsonl
     setllm export adapter runs/my-adapter dist/my-adapter --dtype bf16
 """
 
@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import sys
 
+from .common import RawHelpFormatter, plain_help
+
 
 def add_parser(sub, name: str = "export"):
+    import textwrap
+
     from ..tasks import TASKS, TEMPLATES
 
+    intro, _, examples = __doc__.partition("::\n\n")  # the docstring's prose, then its example commands
     p = sub.add_parser("export", help="write a benchmark split as training data, or a trained adapter for shipping",
-                       description=__doc__.splitlines()[0])
+                       description=textwrap.fill(plain_help(intro) + ("." if examples else ""), 79),
+                       epilog="examples:\n" + examples.rstrip() if examples else None, formatter_class=RawHelpFormatter)
     kinds = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     d = kinds.add_parser("data", help="a benchmark split rendered with an evaluation template, as `setllm train` JSONL",
                          description='Each line is {"id", "prompt": <JSON set prompt>, "response": <correct option>}, options in the dataset\'s order.')
@@ -36,6 +42,7 @@ def add_parser(sub, name: str = "export"):
     a.add_argument("--scale", type=float, default=1.0, metavar="S",
                    help="ship the base weights plus S times the trained delta, 0 <= S <= 1 (a weight-space ensemble "
                         "with the base model, WiSE-FT; default: 1, the adapter as trained)")
+    a.add_argument("--overwrite", action="store_true", help="write into a DEST_DIR that already holds files (replacing the adapter's files there)")
     a.set_defaults(func=cmd_export_adapter)
     return p
 
@@ -51,5 +58,5 @@ def cmd_export_data(args) -> int:
 def cmd_export_adapter(args) -> int:
     from ..training.export import export_adapter
 
-    print(f"adapter -> {export_adapter(args.src, args.dest, args.dtype, args.scale)}", file=sys.stderr)
+    print(f"adapter -> {export_adapter(args.src, args.dest, args.dtype, args.scale, args.overwrite)}", file=sys.stderr)
     return 0

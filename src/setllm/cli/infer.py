@@ -13,8 +13,9 @@ from .common import (
     LoadOptions,
     add_command,
     add_file_job_flags,
+    announce,
+    check_fit,
     config_from_args,
-    describe,
     load_setllm,
     run_file_job,
 )
@@ -60,6 +61,7 @@ def _demo_parser(sub):
                     description="Answer one question under every ordering of its options, with the base model (causal-pe) and Set-LLM.")
     p.add_argument("--question", default=DEMO_QUESTION, help="question to ask")
     p.add_argument("--options", nargs="+", default=DEMO_OPTIONS, metavar="OPT", help="its options (all orderings are tried)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.set_defaults(func=cmd_demo)
     return p
 
@@ -73,7 +75,7 @@ def cmd_choose(args: argparse.Namespace) -> int:
         raise InputError("pass QUESTION and --options, or --input FILE.jsonl --output FILE.jsonl")
     options = check_choices(args.options, "--options")  # say so before spending seconds loading the model
     lm = load_setllm(args)
-    print(describe(lm), file=sys.stderr)
+    announce(lm, args)
     choice = lm.choose(args.question, options, context=args.context, normalize=args.normalize)
     if args.json:
         print(json.dumps({
@@ -102,7 +104,13 @@ def _choose_file(args: argparse.Namespace) -> int:
 
         return answer
 
-    return run_file_job(args, _choose_row, make_answer, ("question", "options"), "answered")
+    def fit(lm, row):
+        from ..templates import mc_prompt
+
+        asks = [(mc_prompt(row["question"], row["options"], row["context"]), row["options"])]
+        check_fit(lm, row, asks, {"question": row["question"], "context": row["context"], "options": row["options"]})
+
+    return run_file_job(args, _choose_row, make_answer, ("question", "options"), "answered", fit=fit)
 
 
 def _choose_row(obj: object, where: str) -> dict:
@@ -139,8 +147,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)
     lm = load_setllm(args)
+    announce(lm, args)
     text = lm.generate([prompt], config)[0]
-    print(json.dumps({"text": text, "variant": lm.variant.name}, ensure_ascii=False) if args.json else text)
+    said = {"text": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter}
+    print(json.dumps(said, ensure_ascii=False) if args.json else text)
     return 0
 
 
@@ -158,11 +168,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     lm = load_setllm(args, progress=False)
     if not lm.variant.invariant:
         lm = lm.with_variant("setmask-setpe")
+    announce(lm, args)
     base = _base_model(lm, args)
     orders = list(itertools.permutations(args.options))
     print(f"Q: {args.question}\n{len(orders)} orderings of {len(args.options)} options\n", file=sys.stderr)
-    base_answers = _answers(base, args.question, orders)
-    set_answers = _answers(lm, args.question, orders)
+    base_answers = _answers(base, args.question, orders, args.progress)
+    set_answers = _answers(lm, args.question, orders, args.progress)
     set_variant = lm.variant
     width = max(len(", ".join(o)) for o in orders)
     print(f"{'ordering':<{width}}  {'base (causal-pe)':<18}  Set-LLM ({set_variant.name})")
@@ -189,7 +200,7 @@ def _base_model(lm, args):
     return SetLLM.load(base)
 
 
-def _answers(lm, question, orders) -> list[str]:
+def _answers(lm, question, orders, progress: bool = True) -> list[str]:
     from tqdm.auto import tqdm
 
-    return [lm.choose(question, list(o)).answer for o in tqdm(orders, desc=lm.variant.name, leave=False, file=sys.stderr)]
+    return [lm.choose(question, list(o)).answer for o in tqdm(orders, desc=lm.variant.name, leave=False, file=sys.stderr, disable=not progress)]

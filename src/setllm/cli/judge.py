@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..errors import InputError
 from ..readouts import DEFAULT_READOUT, READOUTS
-from .common import LoadOptions, add_command, add_file_job_flags, describe, load_setllm, run_file_job
+from .common import LoadOptions, add_command, add_file_job_flags, announce, check_fit, config_from_args, load_setllm, plain_help, run_file_job
 
 
 def add_parser(sub, name: str = "judge"):
     p = add_command(sub, "judge", [LoadOptions], help="judge candidate responses as a set: no order or label bias",
-                    description=__doc__.split("\n\n")[1].replace("\n", " "))
+                    description=plain_help(__doc__.split("\n\n")[1]))
     p.add_argument("instruction", nargs="?", help="the instruction the candidates respond to")
     p.add_argument("--candidates", nargs="+", metavar="TEXT", help="the candidate responses (at least two)")
-    p.add_argument("--task-input", metavar="TEXT", help="the instruction's input, if any (shown under it)")
+    p.add_argument("--task-input", metavar="TEXT",
+                   help='the instruction\'s input, if any (shown under it): the "input" field of --input rows and of POST /v1/judge, '
+                        "Python's judge(..., input=); named --task-input here because --input is the rows file")
     p.add_argument("--tie-margin", type=float, default=0.0, metavar="X", help="best two scores within X nats are a tie (default: 0)")
     p.add_argument("--readout", choices=list(READOUTS),
                    help=f"how candidates are scored (setllm.readouts; docs/judging.md); default: the one the adapter "
@@ -45,7 +46,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
     candidates = check_candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")
-    print(describe(lm, "judge", args.readout), file=sys.stderr)
+    announce(lm, args, "judge", args.readout)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin, readout=args.readout)
     if args.json:  # indices into the candidates, as --input, the server and Python give them
         print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
@@ -57,16 +58,34 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 
 def _judge_file(args: argparse.Namespace) -> int:
-    def make_answer(lm, rows):
-        _check_fit(lm, rows)
+    readout = resolved_readout(args)  # the job's key: the readout it resolves to, not the raw flag
 
+    def make_answer(lm, rows):
         def answer(batch):
-            verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin, args.readout)
+            verdicts = lm.judge_many([(r["instruction"], r["candidates"], r["input"]) for r in batch], args.tie_margin, readout)
             return [{"id": r["id"], "best": v.best, "ranking": v.ranking, "scores": v.scores} for r, v in zip(batch, verdicts)]
 
         return answer
 
-    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged", kind="judge", settings={"readout": args.readout})
+    def fit(lm, row):
+        """A row that does not fit the model's context is named (never a silent cut), with the part to shorten."""
+        from ..readouts import JudgeRow, get_readout
+
+        asks = get_readout(readout).asks(JudgeRow(row["instruction"], tuple(row["candidates"]), row["input"]))
+        check_fit(lm, row, asks, {"instruction": row["instruction"], "input": row["input"], "candidates": row["candidates"]})
+
+    return run_file_job(args, _judge_row, make_answer, ("instruction", "candidates"), "judged", kind="judge",
+                        settings={"readout": readout}, fit=fit)
+
+
+def resolved_readout(args: argparse.Namespace) -> str:
+    """The readout a judge run reads with, known before the model loads: ``--readout``, else
+    the one its adapter (or model folder) records in ``setllm.json``, else the default; the
+    same rule as :attr:`setllm.SetLLM.judge_readout`."""
+    from ..readouts import trained_readout
+
+    _, _, info = config_from_args(LoadOptions, args).sources("judge")
+    return args.readout or trained_readout(info)
 
 
 def _judge_row(obj: object, where: str) -> dict:
@@ -75,16 +94,3 @@ def _judge_row(obj: object, where: str) -> dict:
     # Judging needs no label (a row's label, if any, is for `setllm eval --dataset judge`).
     record = parse_row({**obj, "label": None} if isinstance(obj, dict) else obj, where, require_label=False)
     return {"instruction": record.question, "candidates": [c.strip() for c in record.choices], "input": record.context, "where": where}
-
-
-def _check_fit(lm, rows: list[dict]) -> None:
-    """A row that does not fit the model's context is an error naming it, never a silent cut."""
-    from ..data import DataError
-    from ..prompt import PromptError
-    from ..tasks.judge import judge_prompt
-
-    for r in rows:
-        try:
-            lm.encode(judge_prompt(r["instruction"], r["candidates"], r["input"]))
-        except PromptError as e:
-            raise DataError(f"{r['where']}: {e}; shorten its candidates") from None

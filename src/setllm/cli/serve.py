@@ -13,7 +13,7 @@ import sys
 
 from ..errors import InputError
 from ..serve.config import ServeConfig
-from .common import LoadOptions, add_command, config_from_args, load_setllm
+from .common import LoadOptions, add_command, config_from_args, load_setllm, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 
@@ -37,6 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm = load_setllm(args, progress=False)
+    warn_if_untrained(lm, args)
     serve(create_app(lm, config, judge_model(args)), config, sock)
     return 0
 
@@ -44,14 +45,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def judge_model(args: argparse.Namespace):
     """What ``/v1/judge`` reads with when it is not the main model: with ``--adapter auto``
     the embedded model's shipped judge adapter, as ``setllm judge`` (one adapter for every
-    task was measured to cost more than the set: docs/results.md, issue 20). A second copy
-    of the model in memory; None when both kinds resolve to the same adapter."""
+    task was measured to cost more than the set: docs/results.md). A second copy of the
+    model, loaded by the first judge request (a server that is never asked to judge never
+    holds it); None when both kinds resolve to the same adapter."""
     from ..api import SetLLM
+    from ..loading import Origin
+    from ..serve.service import DeferredModel
 
     options = config_from_args(LoadOptions, args)
     if options.adapter_path("judge") == options.adapter_path("choose"):
         return None
-    return SetLLM.load(options, "judge")  # the options just read, not read again from args
+    return DeferredModel(Origin.loaded(*options.sources("judge")), lambda: SetLLM.load(options, "judge"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import json
 from .common import RawHelpFormatter, add_command, config_from_args
 
 EXAMPLES = """examples:
-  setllm train --data ultrafeedback --data-dir ../shared/data --limit 500 --out runs/ultra
+  setllm train --data ultrafeedback --limit 500 --out runs/ultra
   setllm train --data arc_challenge,piqa --data-dir D --init-adapter runs/ultra --out runs/ultra-mc
   setllm train --config src/setllm/adapters/smollm2-135m-setllm.yaml --resume
   accelerate launch "$(command -v setllm)" train --config my.yaml   # several GPUs (DDP/FSDP/DeepSpeed)

@@ -23,7 +23,9 @@ class EvalConfig:
         "benchmark to evaluate; 'ultrafeedback-pairs' / 'judge' (with --data-file) evaluate a judge; 'documents' (with --data-file) "
         "answers from documents read as a set", choices=[*TASKS, *JUDGE_TASKS, *DOCUMENT_TASKS]))
     split: str | None = field(default=None, metadata=_help("split; default: the paper's (ARC test, others validation)", metavar="S"))
-    data_dir: str | None = field(default=None, metadata=_help("read <D>/<dataset>/<split>.jsonl instead of the HF hub", metavar="D"))
+    data_dir: str | None = field(default=None, metadata=_help(
+        "read <D>/<dataset>/<split>.jsonl (setllm's record format) instead of the HF hub; default: $SETLLM_DATA_DIR if set",
+        metavar="D"))
     data_file: str | None = field(default=None, metadata=_help(
         "your own JSONL of {question, choices, label, context?} (with --dataset: that benchmark's templates)", metavar="F"))
     template: str = field(default="modified", metadata=_help(

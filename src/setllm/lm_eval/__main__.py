@@ -5,6 +5,7 @@ lm-eval discovers no models from other packages, so this wrapper imports the bac
 registers it) and then hands the arguments to lm-eval unchanged: ``run``, ``ls``,
 ``validate`` and every flag work as with ``lm_eval``. The shipped task directory is added to
 every task manager, before a ``--include_path`` of the user's (whose tasks then win a name clash).
+With ``SETLLM_DATA_DIR`` set, the shipped tasks read its local files (:mod:`.local`).
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def include_shipped_tasks() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        from . import SetLLMLM  # noqa: F401  (registers --model setllm)
+        from . import SetLLMLM, local  # noqa: F401  (registers --model setllm)
 
         include_shipped_tasks()
+        local.install()  # SETLLM_DATA_DIR: the shipped tasks read local files; an unloadable dataset is one line
         from lm_eval._cli import HarnessCLI
         from lm_eval.utils import setup_logging
 

@@ -1,10 +1,11 @@
 """``doc_to_text`` / ``doc_to_choice`` / ``doc_to_target`` of the shipped task YAMLs.
 
-Each renders a dataset row with setllm's own *modified* template (:mod:`setllm.tasks`: the
-options as one set in the prompt, each option's text scored) and writes the prompt as inline
-markup, so lm-eval's ``--model setllm`` reads exactly the prompt ``setllm eval --template
-modified`` reads, and the continuation lm-eval scores (``" " + option``) is the response
-setllm scores. A YAML names them as ``!function setllm.lm_eval.templates.NAME``.
+Each renders a dataset row (a hub row, or a local record: :func:`as_record`) with setllm's
+own *modified* template (:mod:`setllm.tasks`: the options as one set in the prompt, each
+option's text scored) and writes the prompt as inline markup, so lm-eval's ``--model
+setllm`` reads exactly the prompt ``setllm eval --template modified`` reads, and the
+continuation lm-eval scores (``" " + option``) is the response setllm scores. A YAML names
+them as ``!function setllm.lm_eval.templates.NAME``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,15 @@ def markup(prompt: SetPrompt) -> str:
 
 
 def render(task: str, doc: dict) -> Rendered:
-    """A hub row of one of the paper's tasks under its modified template, options in the data's order."""
-    return _render_record(TASKS[task].hub.normalise(doc), TASKS[task].modified.render)
+    """A row of one of the paper's tasks under its modified template, options in the data's order."""
+    return _render_record(as_record(task, doc), TASKS[task].modified.render)
+
+
+def as_record(task: str, doc: dict) -> dict:
+    """A hub row normalised to setllm's record format, or a row already in it (a local copy
+    read through ``SETLLM_DATA_DIR``, :mod:`setllm.lm_eval.local`) as it is: only records
+    carry ``choices`` as a list of strings (the hub's ARC and CSQA rows carry a dict)."""
+    return doc if isinstance(doc.get("choices"), list) else TASKS[task].hub.normalise(doc)
 
 
 def records(doc: dict) -> Rendered:
@@ -73,12 +81,12 @@ def lettered_choices(doc: dict) -> list[str]:
 
 
 def arc_challenge_target(doc: dict) -> int:
-    return TASKS["arc_challenge"].hub.normalise(doc)["label"]
+    return as_record("arc_challenge", doc)["label"]
 
 
 def commonsense_qa_target(doc: dict) -> int:
-    return TASKS["commonsense_qa"].hub.normalise(doc)["label"]
+    return as_record("commonsense_qa", doc)["label"]
 
 
 def social_iqa_target(doc: dict) -> int:
-    return TASKS["social_iqa"].hub.normalise(doc)["label"]
+    return as_record("social_iqa", doc)["label"]

@@ -170,6 +170,7 @@ def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: boo
     adir = Path(adapter)
     if not (adir / "adapter_config.json").exists():
         raise ModelLoadError(f"adapter {str(adapter)!r}: no adapter_config.json there (expected a PEFT adapter directory)")
+    _check_adapter_config(adir, adapter)
     weights = adir / "adapter_model.safetensors"
     if weights.exists():
         check_safetensors(weights)
@@ -177,6 +178,19 @@ def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: boo
         raise ModelLoadError(f"adapter {str(adapter)!r} has no adapter_model.safetensors; pickled weights load only with --allow-pickle")
     check_adapter_base(adir, base_model, allow_base_mismatch)
     return adir
+
+
+def _check_adapter_config(adir: Path, adapter: str | Path) -> None:
+    """``adapter_config.json`` is one JSON object: else one line naming the file (PEFT's own
+    error would read as an adapter for another base model)."""
+    try:
+        config = json.loads((adir / "adapter_config.json").read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ModelLoadError(f"adapter {str(adapter)!r}: adapter_config.json cannot be read ({e.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"adapter {str(adapter)!r}: adapter_config.json is not valid JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"adapter {str(adapter)!r}: adapter_config.json is not a JSON object")
 
 
 def read_json(path: Path) -> dict:

@@ -13,6 +13,7 @@ and equal options one row. ``batching_is_exact`` checks the construction at star
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from ..generation import GenerationConfig
 from ..prompt import SetPrompt
 from ..runtime import check_length
 from ..templates import mc_prompt
-from .errors import ApiError, BadRequest, TooLong, as_api_error
+from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
 
 log = logging.getLogger("setllm.serve")
 
@@ -287,15 +288,37 @@ class Engine:
     def _piece(self, token: int) -> str:
         return self.lm.tokenizer.decode([token])
 
-    # -- the start-up check -------------------------------------------------------------------
-    def batching_is_exact(self, max_batch_size: int) -> bool:
+    # -- the batching check -----------------------------------------------------------------
+    def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
         """Whether probe questions score bit-identically alone and in groups of 2, 3 and
         ``max_batch_size`` on this machine (by construction they do: see
-        :mod:`setllm.scoring`; this guards the construction)."""
+        :mod:`setllm.scoring`; this guards the construction), as steps of one forward each:
+        the server runs them between requests, so a first request never waits for the
+        whole check. Each step returns False if a batch moved a bit; all run on the model
+        thread, in order."""
         if max_batch_size < 2:
+            return []
+        probe: dict[str, Any] = {}
+
+        def alone() -> bool:  # the probes one at a time: the reference bits
+            probe["preps"] = self._probe()
+            probe["alone"] = [self._score([p], record=False)[0].logprobs for p in probe["preps"]]
             return True
+
+        def batched(size: int) -> bool:
+            preps, ref = probe["preps"], probe["alone"]
+            if not preps:  # the probe does not fit this model: nothing to compare
+                return True
+            picked = [preps[i % len(preps)] for i in range(size)]  # equal rows too: computed apart, they must agree
+            return all(g.logprobs == ref[i % len(preps)] for i, g in enumerate(self._score(picked, record=False)))
+
+        sizes = sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1)))
+        return [alone, *(functools.partial(batched, size) for size in sizes)]
+
+    def _probe(self) -> list[_Prepared]:
+        """Questions of several lengths, on both sides of a length bucket's edge, with the
+        options in every rotation; none where the model's context is too short for them."""
         options = ["apple", "dog", "fox", "water"]
-        # Questions of several lengths, on both sides of a length bucket's edge, and options in every rotation.
         jobs = [ScoreJob(mc_prompt("Which of these is a fruit?" + " Answer with one word." * i, options[i % 4:] + options[:i % 4]), tuple(options))
                 for i in range(8)]
         by_key: dict[Any, list[_Prepared]] = {}
@@ -305,25 +328,31 @@ class Engine:
                 by_key.setdefault(prep.key, []).append(prep)
         except (InputError, ApiError) as e:  # a model with a tiny context, say
             log.warning("setllm serve: batching check skipped: the probe does not fit this model (%s)", e)
-            return True
-        preps = [p for group in by_key.values() for p in group]
-        alone = [self._score([p], record=False)[0] for p in preps]
-        for size in sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1))):
-            picked = [preps[i % len(preps)] for i in range(size)]  # equal rows too: computed apart, they must agree
-            got = self._score(picked, record=False)
-            if any(g.logprobs != alone[i % len(preps)].logprobs for i, g in enumerate(got)):
-                return False
-        return True
+            return []
+        return [p for group in by_key.values() for p in group]
+
+    def batching_is_exact(self, max_batch_size: int) -> bool:
+        """The whole check at once (tests, benchmarks)."""
+        return all(step() for step in self.batching_check(max_batch_size))
 
 
 class Engines:
-    """One :class:`Engine` per loaded model behind one queue: ``"main"`` answers every route,
-    ``"judge"`` (if loaded) the judge route, as ``setllm judge`` reads with its own shipped
-    adapter. A batch is split by model and each part run on its engine: a request gets the
-    bits it would get alone on that model (no forward mixes models)."""
+    """One :class:`Engine` per model behind one queue: ``"main"`` answers every route,
+    ``"judge"`` (if there is one) the judge route, as ``setllm judge`` reads with its own
+    shipped adapter. A batch is split by model and each part run on its engine: a request
+    gets the bits it would get alone on that model (no forward mixes models).
 
-    def __init__(self, engines: dict[str, Engine]):
+    A ``deferred`` engine is built on the model thread by its first request: a second copy
+    of the model that one route reads costs neither start-up time nor memory until asked for.
+    """
+
+    def __init__(self, engines: dict[str, Engine], deferred: dict[str, Callable[[], Engine]] | None = None):
         self.engines = engines
+        self.deferred = dict(deferred or {})
+        self._identical_only = False
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.engines or name in self.deferred
 
     def run(self, items: Sequence[Item]) -> list[Any]:
         by_model: dict[str, list[int]] = {}
@@ -331,16 +360,37 @@ class Engines:
             by_model.setdefault(item.job.model, []).append(i)
         outcomes: list[Any] = [None] * len(items)
         for name, idx in by_model.items():
-            for i, outcome in zip(idx, self.engines[name].run([items[i] for i in idx])):
+            try:
+                engine = self._engine(name)
+            except Exception as e:  # noqa: BLE001 - the requests for it fail, the server goes on
+                log.error("setllm serve: the %s model failed to load", name, exc_info=e)
+                for i in idx:
+                    outcomes[i] = Internal(f"the {name} model failed to load ({one_line(str(e)) or type(e).__name__})")
+                continue
+            for i, outcome in zip(idx, engine.run([items[i] for i in idx])):
                 outcomes[i] = outcome
         return outcomes
 
-    def batching_is_exact(self, max_batch_size: int) -> bool:
-        return all(e.batching_is_exact(max_batch_size) for e in self.engines.values())
+    def _engine(self, name: str) -> Engine:
+        if name not in self.engines:
+            engine = self.deferred[name]()
+            engine.identical_only = self._identical_only
+            self.engines[name] = engine
+            del self.deferred[name]
+        return self.engines[name]
 
-    def identical_only(self) -> None:
+    def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
+        """The engines built so far (a deferred copy has the main model's shapes, which decide
+        the kernels: the main model's verdict holds for it)."""
+        return [step for e in list(self.engines.values()) for step in e.batching_check(max_batch_size)]
+
+    def batching_is_exact(self, max_batch_size: int) -> bool:
+        return all(step() for step in self.batching_check(max_batch_size))
+
+    def identical_only(self, only: bool = True) -> None:
+        self._identical_only = only
         for e in self.engines.values():
-            e.identical_only = True
+            e.identical_only = only
 
 
 def _groups(ready: list[_Prepared]) -> list[list[_Prepared]]:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..api import check_choices, pick, verdict
 from ..chat import chat_prompt
 from ..generation import GenerationConfig
+from ..loading import Origin
 from ..markup import parse_markup
 from ..prompt import SetPrompt, as_prompt
-from ..readouts import JudgeRow, get_readout
+from ..readouts import JudgeRow, get_readout, trained_readout
 from ..templates import mc_prompt, options_of
+from . import batch_check
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, ScoreJob, Scores
@@ -28,22 +31,48 @@ from .metrics import Metrics
 log = logging.getLogger("setllm.serve")
 
 
+@dataclass(frozen=True)
+class DeferredModel:
+    """A model the server loads on its first request (on the model thread): a second copy
+    that one route reads, e.g. the embedded model with its judge adapter for ``/v1/judge``.
+    What it is (``origin``, and so its judge readout) is known before it loads."""
+
+    origin: Origin
+    load: Callable[[], Any]
+
+    @property
+    def judge_readout(self) -> str:
+        return trained_readout(self.origin.trained_as)
+
+
 class Service:
     """The model behind a queue: the one object the routes talk to."""
 
     def __init__(self, lm, config: ServeConfig, judge_lm=None):
         """``judge_lm``: the model ``/v1/judge`` reads with (None: ``lm``), e.g. the embedded
-        model with its shipped judge adapter while ``lm`` has the choose adapter."""
+        model with its shipped judge adapter while ``lm`` has the choose adapter; a
+        :class:`DeferredModel` loads with the first judge request."""
         self.lm = lm
         self.judge_lm = judge_lm if judge_lm is not None else lm
         self.config = config
         self.metrics = Metrics()
-        models = {"main": lm} if self.judge_lm is lm else {"main": lm, "judge": self.judge_lm}
-        self.engines = Engines({name: Engine(m, config.max_prompt_tokens, on_forward=self.metrics.observe_batch) for name, m in models.items()})
+        self.engines = self._engines()
         self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
         self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
         self.draining = False
+        self._check_task: asyncio.Task | None = None
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
+
+    def _engines(self) -> Engines:
+        def engine(lm) -> Engine:
+            return Engine(lm, self.config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
+
+        judge = self.judge_lm
+        if judge is self.lm:
+            return Engines({"main": engine(self.lm)})
+        if isinstance(judge, DeferredModel):
+            return Engines({"main": engine(self.lm)}, deferred={"judge": lambda: engine(judge.load())})
+        return Engines({"main": engine(self.lm), "judge": engine(judge)})
 
     @property
     def model_name(self) -> str:
@@ -51,16 +80,54 @@ class Service:
 
     # -- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the model thread; nothing else runs before the server listens. The batching
+        check's verdict is read from the cache, or the check runs in the background
+        (:mod:`.batch_check`), one forward at a time between requests."""
         await self.batcher.start()
-        check = self.config.batch_check and self.config.max_batch_size > 1
-        if check and not await self.batcher.call(self.engines.batching_is_exact, self.config.max_batch_size):
-            self.engines.identical_only()
-            self.batching = ("identical requests only: a batch of different questions changed low bits of a score on this "
-                             "machine (start-up check), so only requests that are the same computation (in exact mode: every "
-                             "ordering of one question) share a forward")
-            log.warning("setllm serve: batching %s", self.batching)
+        if not (self.config.batch_check and self.config.max_batch_size > 1):
+            return
+        key = batch_check.check_key(self.lm, self.config.max_batch_size)
+        verdict = batch_check.remembered(key)
+        if verdict is not None:
+            self._batching_verdict(verdict)
+            return
+        self.engines.identical_only(True)  # the same computation by construction, until checked
+        self.batching = "identical requests only, until the batching check running in the background passes"
+        self._check_task = asyncio.create_task(self._check_batching(key), name="setllm-batch-check")
+
+    async def _check_batching(self, key: str) -> None:
+        exact = True
+        try:
+            for step in await self.batcher.call(self.engines.batching_check, self.config.max_batch_size):
+                if self.draining or self.batcher.stopped:  # a stop never waits for the check
+                    return
+                if not await self.batcher.call(step):
+                    exact = False
+                    break
+        except Exception as e:  # a failed check leaves batching to identical requests: safe, and said
+            log.error("setllm serve: batching check failed (%s); batching stays on identical requests only", e, exc_info=e)
+            return
+        batch_check.remember(key, exact)
+        self._batching_verdict(exact)
+
+    def _batching_verdict(self, exact: bool) -> None:
+        self.engines.identical_only(not exact)
+        if exact:
+            self.batching = "on"
+            return
+        self.batching = ("identical requests only: a batch of different questions changed low bits of a score on this "
+                         "machine (batching check), so only requests that are the same computation (in exact mode: every "
+                         "ordering of one question) share a forward")
+        log.warning("setllm serve: batching %s", self.batching)
+
+    async def settled(self) -> None:
+        """Wait until the batching check (if one runs in the background) has its verdict."""
+        if self._check_task is not None:
+            await asyncio.shield(self._check_task)
 
     async def stop(self) -> None:
+        if self._check_task is not None:
+            self._check_task.cancel()
         await self.batcher.stop()
 
     def start_draining(self) -> None:
@@ -73,7 +140,7 @@ class Service:
     # -- work -------------------------------------------------------------------------------
     async def score(self, prompt: SetPrompt, options: Sequence[str], model: str = "main") -> Scores:
         """``model``: "judge" reads with the judge model where one is loaded, else the main one."""
-        return await self.batcher.submit(ScoreJob(prompt, tuple(options), model if model in self.engines.engines else "main"))
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options), model if model in self.engines else "main"))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the

@@ -19,6 +19,7 @@ option ``ordering[p]`` of the record.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -150,20 +151,38 @@ class MCTask:
         return prompt, options[record.label]
 
 
+# A local copy's folder when no --data-dir is passed (the flag wins; unset: the hub).
+DATA_DIR_ENV = "SETLLM_DATA_DIR"
+LAYOUT = "D/<dataset>/<split>.jsonl"
+
+
+def data_dir_or_env(data_dir: str | Path | None) -> str | Path | None:
+    """``data_dir`` if given, else ``$SETLLM_DATA_DIR`` if set, else None (the hub)."""
+    return data_dir or os.environ.get(DATA_DIR_ENV) or None
+
+
+def where_data_comes_from(task: MCTask) -> str:
+    """One clause for error messages: how to point at a local copy, and the hub default."""
+    hub = f"data comes from the hub ({task.hub.path})" if task.hub else f"{task.name} has no hub copy: pass --data-file"
+    return (f"--data-dir D (or {DATA_DIR_ENV}=D) reads {LAYOUT} (setllm's record format, see docs/evaluation.md); "
+            f"without either, {hub}")
 
 
 def local_path(task: MCTask, split: str, data_dir: str | Path) -> Path:
-    """``<data_dir>/<task>/<split>.jsonl``, or a :class:`DataError` listing the splits there."""
+    """``<data_dir>/<task>/<split>.jsonl``, or a :class:`DataError` listing the splits there
+    and saying where data comes from (a newcomer's first error is often a missing folder)."""
     folder = task.folder or task.name
     path = Path(data_dir) / folder / f"{split}.jsonl"
     if not path.is_file():
         have = sorted(p.stem for p in (Path(data_dir) / folder).glob("*.jsonl"))
-        raise DataError(f"{path}: no such file (splits here: {', '.join(have) or 'none'})")
+        raise DataError(f"{path}: no such file (splits here: {', '.join(have) or 'none'}); {where_data_comes_from(task)}")
     return path
 
 
 @contextmanager
-def _datasets_offline(datasets, offline: bool):
+def datasets_offline(datasets, offline: bool):
+    """``datasets`` reads only its cache while this runs, if ``offline`` (also lm-eval's loads:
+    :mod:`setllm.lm_eval.local`)."""
     import datasets.config as config
 
     before = config.HF_HUB_OFFLINE
@@ -178,7 +197,8 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
     """A task's hub rows of ``split``, normalised to records; errors are one line."""
     hub = task.hub
     if hub is None:
-        raise DataError(f"{task.name} has no hub source: pass --data-dir or --data-file")
+        raise DataError(f"{task.name} has no hub source: pass --data-file, or --data-dir D (or set {DATA_DIR_ENV}=D) "
+                        f"holding {LAYOUT}")
     try:
         import datasets
     except ImportError:
@@ -189,20 +209,23 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
     # Then only a cached copy can serve, so the load runs offline.
     problem = hub_problem(hub.path, "dataset")
     try:
-        with _datasets_offline(datasets, problem is not None):
+        with datasets_offline(datasets, problem is not None):
             ds = datasets.load_dataset(hub.path, hub.config, split=hub.split_names.get(split, split))
     except Exception as e:  # network, missing split, ...: one clear line for the user
         why = f"the hub is {problem} and no copy is cached" if problem else type(e).__name__
-        raise DataError(f"could not load {hub.path} split {split!r} from the hub ({why}); pass --data-dir") from None
+        raise DataError(f"could not load {hub.path} split {split!r} from the hub ({why}); pass --data-dir D or set {DATA_DIR_ENV}=D "
+                        f"for a local copy (layout {LAYOUT}, setllm's record format, see docs/evaluation.md)") from None
     return [{"id": f"{task.name}-{i}", **hub.normalise(row)} for i, row in enumerate(ds)]
 
 
 def read_records(task: MCTask, split: str | None = None, data_dir: str | None = None,
                  data_file: str | None = None) -> tuple[list[tuple[str, MCRecord | DataError]], str]:
     """``(where, record)`` pairs of a split and where they came from: ``data_file`` (a user's
-    JSONL), else ``data_dir/<name>/<split>.jsonl``, else the hub. A malformed row is its
-    :class:`DataError` in place of a record (the caller raises or skips it)."""
+    JSONL), else ``data_dir/<name>/<split>.jsonl`` (``data_dir`` defaults to ``$SETLLM_DATA_DIR``),
+    else the hub. A malformed row is its :class:`DataError` in place of a record (the caller
+    raises or skips it)."""
     split = split or task.eval_split
+    data_dir = None if data_file else data_dir_or_env(data_dir)
     if data_file or data_dir:
         path = Path(data_file) if data_file else local_path(task, split, data_dir)
         pairs, source = iter_jsonl(path, errors="yield"), str(path.resolve())
@@ -231,7 +254,7 @@ def load_records(task: MCTask, split: str | None = None, data_dir: str | None = 
     Malformed records and duplicate ids raise :class:`DataError` naming file and line, or
     with ``skip_bad`` are skipped (one warning: how many, and the first).
     """
-    if not (data_file or data_dir or task.hub):
+    if not (data_file or data_dir_or_env(data_dir) or task.hub):
         raise DataError("pass --dataset NAME or --data-file FILE.jsonl")
     found, source = read_records(task, split, data_dir, data_file)
     seen: dict[str, str] = {}

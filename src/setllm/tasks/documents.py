@@ -231,11 +231,13 @@ def kv_retrieval(pairs: int = 20, n: int = 500, seed: int = 0, key_length: int =
 
 @dataclass
 class QALookupConfig:
-    """``setllm data qa-lookup``: natural-language documents from a benchmark in ``--data-dir``."""
+    """``setllm data qa-lookup``: natural-language documents from a benchmark (``--data-dir``,
+    ``$SETLLM_DATA_DIR`` or the hub, as ``setllm eval`` reads it)."""
 
     source: str = field(default="commonsense_qa", metadata={"help": "benchmark whose labelled questions become documents", "metavar": "NAME"})
     split: str = field(default="validation", metadata={"help": "its split", "metavar": "S"})
-    data_dir: str = field(default="", metadata={"help": "folder of <source>/<split>.jsonl (e.g. ../shared/data; required)", "metavar": "D"})
+    data_dir: str = field(default="", metadata={
+        "help": "folder of <source>/<split>.jsonl; default: $SETLLM_DATA_DIR if set, else the HF hub", "metavar": "D"})
     docs: int = field(default=10, metadata={"help": "documents per question", "metavar": "K"})
     n: int = field(default=500, metadata={"help": "questions to generate", "metavar": "N"})
     seed: int = field(default=0, metadata={"help": "random seed", "metavar": "S"})
@@ -244,8 +246,8 @@ class QALookupConfig:
     def __post_init__(self) -> None:
         if self.docs < 2 or self.n < 1:
             raise DataError(f"--docs must be at least 2 and --n at least 1, got {self.docs} and {self.n}")
-        if not self.data_dir or not self.out:
-            raise DataError("pass --data-dir D (holding <source>/<split>.jsonl) and --out FILE.jsonl")
+        if not self.out:  # the records come from --data-dir, $SETLLM_DATA_DIR or the hub, as in eval
+            raise DataError("pass --out FILE.jsonl")
 
 
 STATEMENT = 'The answer to "{question}" is: {answer}.'

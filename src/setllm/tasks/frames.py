@@ -10,7 +10,7 @@ one; docs/results.md, "The choose recipe with framed questions"). The
 held-out template stays in no training mix, and no frame shares a word longer than three
 letters with it (tested), so a measurement on it is still one on an unseen format.
 
-``setllm data mc-framed --task piqa --data-dir ../shared/data --n 2400 --seed 42 --out F.jsonl``
+``setllm data mc-framed --task piqa --n 2400 --seed 42 --out F.jsonl``
 writes ``{"id", "prompt", "response"}`` rows that ``setllm train --data F.jsonl``
 reads.
 """
@@ -62,7 +62,7 @@ class MCFramedConfig:
     """``setllm data mc-framed``: a benchmark's questions in several training frames."""
 
     task: str = field(default="", metadata={"help": "the benchmark (its records as --data-dir holds them)", "metavar": "NAME"})
-    data_dir: str = field(default="", metadata={"help": "folder with <task>/<split>.jsonl (required)", "metavar": "DIR"})
+    data_dir: str = field(default="", metadata={"help": "folder with <task>/<split>.jsonl (default: $SETLLM_DATA_DIR, else the hub)", "metavar": "DIR"})
     split: str = field(default="train", metadata={"help": "the split to draw from", "metavar": "SPLIT"})
     n: int = field(default=0, metadata={"help": "questions to draw (0: all)", "metavar": "N"})
     seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
@@ -71,6 +71,6 @@ class MCFramedConfig:
     def __post_init__(self) -> None:
         if self.n < 0:
             raise DataError(f"--n must be at least 0 (0: all), got {self.n}")
-        if not self.task or not self.data_dir or not self.out:
-            missing = [f"--{f.replace('_', '-')}" for f in ("task", "data_dir", "out") if not getattr(self, f)]
-            raise DataError(f"missing {', '.join(missing)}: e.g. --task piqa --data-dir ../shared/data --out piqa-framed.jsonl")
+        if not self.task or not self.out:
+            missing = [f"--{f}" for f in ("task", "out") if not getattr(self, f)]
+            raise DataError(f"missing {', '.join(missing)}: e.g. --task piqa --out piqa-framed.jsonl")

@@ -1,6 +1,6 @@
 """UltraFeedback (Cui et al. 2023) as instruction data: instruction -> chosen response.
 
-The paper's "Ultra" models are first instruction-tuned on it. Local rows (``../shared/data``)
+The paper's "Ultra" models are first instruction-tuned on it. Local rows (``--data-dir D`` or ``$SETLLM_DATA_DIR``)
 are ``{"instruction", "response", "rejected"}``; the hub's binarized set has ``prompt`` and
 ``chosen`` (a chat list). The prompt is ``Question: <instruction>\\nAnswer:``: the cue the
 benchmark template ends with, so both stages teach one prompt/answer format.
@@ -30,6 +30,7 @@ import re
 
 from ..data import DataError
 from ..prompt import Segment, Set, SetPrompt, template_prompt
+from .base import DATA_DIR_ENV
 
 NAME = "ultrafeedback"
 HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
@@ -100,8 +101,9 @@ def hub_rows() -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
+        raise DataError(f"loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir D (or set {DATA_DIR_ENV}=D)") from None
     try:
         return list(datasets.load_dataset(HUB[0], split=HUB[1]))
     except Exception as e:  # network, missing split, ...: one clear line for the user
-        raise DataError(f"could not load {HUB[0]} from the hub ({type(e).__name__}); pass --data-dir") from None
+        raise DataError(f"could not load {HUB[0]} from the hub ({type(e).__name__}); pass --data-dir D or set {DATA_DIR_ENV}=D "
+                        f"for a local copy (D/ultrafeedback/<split>.jsonl)") from None

@@ -22,6 +22,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..errors import InputError
+from ..load_options import THREADS_HELP
 from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_attention
 
 OVERLONG_POLICIES = ("truncate", "skip")
@@ -69,7 +70,8 @@ class TrainConfig(TrainingArguments):
 
     # -- data -----------------------------------------------------------------------------
     data_dir: str | None = field(default=None, metadata=_help(
-        "directory with <name>/train.jsonl per benchmark and ultrafeedback/; default: the HF hub", metavar="D"))
+        "directory with <name>/train.jsonl per benchmark and ultrafeedback/; default: $SETLLM_DATA_DIR if set, else the HF hub",
+        metavar="D"))
     limit: int | None = field(default=None, metadata=_help("use at most N examples of each data spec", metavar="N"))
     sample_seed: int | None = field(default=None, metadata=_help(
         "with --limit: a seeded random sample instead of the first N records", metavar="S"))
@@ -93,6 +95,7 @@ class TrainConfig(TrainingArguments):
     attn: str = field(default="sdpa", metadata=_help(
         f"attention implementation: {', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", metavar="IMPL"))
     allow_untested: bool = field(default=False, metadata=_help("try a model type setllm has not verified"))
+    threads: int | None = field(default=None, metadata=_help(THREADS_HELP, metavar="N"))
 
     # -- TrainingArguments fields whose defaults (or short names) are setllm's ------------
     output_dir: str | None = field(default=None, metadata=_help(
@@ -136,7 +139,7 @@ class TrainConfig(TrainingArguments):
                            ("lora_r", "--lora-r"), ("min_response_tokens", "--min-response-tokens")):
             if getattr(self, name) < 1:
                 raise InputError(f"{flag} must be at least 1, got {getattr(self, name)}")
-        for name in ("limit", "save_total_limit"):
+        for name in ("limit", "save_total_limit", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

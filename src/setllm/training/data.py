@@ -24,6 +24,7 @@ from pathlib import Path
 from ..data import DataError, iter_jsonl, parse_record, subset
 from ..prompt import PromptError, SetPrompt, as_prompt
 from ..tasks import TASKS, documents, get_task, hub_rows, judge, ultrafeedback
+from ..tasks.base import data_dir_or_env, local_path
 
 ULTRAFEEDBACK = ultrafeedback.NAME
 ULTRAFEEDBACK_JUDGE = "ultrafeedback-judge"  # the same pairs as judge examples (chosen vs rejected)
@@ -99,7 +100,8 @@ def documents_example(obj: object, where: str) -> Example:
 
 
 def prompt_response_example(obj: object, where: str) -> Example | None:
-    """A user record ``{"prompt": <set prompt>, "response": str}``, a judge row
+    """A user record ``{"prompt": <set prompt>, "response": str}`` (the prompt in JSON form,
+    or one string read as markup, :mod:`setllm.markup`), a judge row
     ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents", "question", "answer"}``."""
     if isinstance(obj, dict) and "candidates" in obj:
         return judge_example(obj, where)
@@ -111,7 +113,7 @@ def prompt_response_example(obj: object, where: str) -> Example | None:
     if not isinstance(obj["response"], str) or not obj["response"].strip():
         raise DataError(f"{where}: 'response' must be a non-empty string")
     try:
-        prompt = as_prompt(obj["prompt"] if not isinstance(obj["prompt"], str) else [obj["prompt"]])
+        prompt = as_prompt(obj["prompt"])  # one string is markup, as on every surface (a list or {"prompt": [...]}: JSON form)
     except PromptError as e:
         raise DataError(f"{where}: {e}") from None
     return Example(prompt, obj["response"], where)
@@ -135,13 +137,15 @@ def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad:
 
 
 def resolve_spec(spec: str, data_dir: str | None) -> tuple[Path | None, Callable[[object, str], Example]]:
-    """The file a spec reads (None = the hub) and the parser of its records."""
+    """The file a spec reads (None = the hub) and the parser of its records; ``data_dir``
+    defaults to ``$SETLLM_DATA_DIR``, and a missing file says where data comes from."""
+    data_dir = data_dir_or_env(data_dir)
     if spec in TASKS:
-        return (Path(data_dir) / spec / "train.jsonl" if data_dir else None), partial(mc_example, task=spec)
+        return (local_path(TASKS[spec], "train", data_dir) if data_dir else None), partial(mc_example, task=spec)
     if spec == ULTRAFEEDBACK:
-        return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), ultrafeedback_example
+        return (local_path(judge.PAIRS, "train", data_dir) if data_dir else None), ultrafeedback_example  # both read ultrafeedback/
     if spec == ULTRAFEEDBACK_JUDGE:
-        return (Path(data_dir) / ULTRAFEEDBACK / "train.jsonl" if data_dir else None), judge_pair_example
+        return (local_path(judge.PAIRS, "train", data_dir) if data_dir else None), judge_pair_example
     if spec.endswith(".jsonl") or Path(spec).is_file():
         return Path(spec), prompt_response_example
     raise DataError(f"unknown data spec {spec!r}: use a benchmark ({', '.join(TASKS)}), {ULTRAFEEDBACK}, {ULTRAFEEDBACK_JUDGE}, or a path to a .jsonl file")

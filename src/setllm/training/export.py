@@ -30,10 +30,12 @@ def export_split(dataset: str, template: str, out: str | Path, split: str = "tra
     return len(records)
 
 
-def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16", scale: float = 1.0) -> Path:
+def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16", scale: float = 1.0, overwrite: bool = False) -> Path:
     """Copy what loading needs (adapter config, weights, setllm.json) to ``dest``, the weights
     cast to ``dtype`` (bf16 halves the size; LoRA deltas are small, so the loss is in the
-    low bits): no checkpoints, no pickles, no generated model card.
+    low bits): no checkpoints, no pickles, no generated model card. A ``dest`` that already
+    holds files is refused unless ``overwrite`` (which replaces those three files, and
+    leaves any others), and ``dest`` is never ``src``.
 
     ``scale`` < 1 ships the base weights plus ``scale`` times the trained LoRA delta: a
     weight-space ensemble of the base and the finetuned model (WiSE-FT, Wortsman et al. 2022),
@@ -47,6 +49,14 @@ def export_adapter(src: str | Path, dest: str | Path, dtype: str = "bf16", scale
     missing = [n for n in ("adapter_config.json", "adapter_model.safetensors", METADATA_FILE) if not (src / n).is_file()]
     if missing:
         raise InputError(f"{src}: not a finished `setllm train` adapter (missing {', '.join(missing)})")
+    if dest.exists() and not dest.is_dir():
+        raise InputError(f"{dest}: not a folder")
+    if dest.is_dir() and dest.resolve() == src.resolve():
+        raise InputError(f"{dest} is the run folder itself; export to a folder of its own")
+    held = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
+    if held and not overwrite:
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise InputError(f"{dest} already holds files ({shown}); use another folder, or --overwrite to write into it")
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("adapter_config.json", METADATA_FILE):
         shutil.copyfile(src / name, dest / name)

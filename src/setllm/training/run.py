@@ -22,6 +22,7 @@ import torch
 from .. import rundir
 from ..codec import Codec
 from ..errors import InputError, SetLLMWarning
+from ..load_options import apply_threads
 from ..loading import (
     DEFAULT_MODEL,
     METADATA_FILE,
@@ -151,7 +152,7 @@ def check_same_run(cfg: TrainConfig) -> None:
 
 def _run_settings(cfg: TrainConfig) -> dict:
     # Where the data lives and how attention is computed do not change what is trained.
-    return {k: v for k, v in cfg.recorded().items() if k not in ("data_dir", "attn", "allow_untested")}
+    return {k: v for k, v in cfg.recorded().items() if k not in ("data_dir", "attn", "allow_untested", "threads")}
 
 
 def clear_run(out: Path) -> None:
@@ -166,6 +167,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, model=None, tokenizer
     (tests, notebooks); it is wrapped with LoRA as a loaded one would be. ``--out`` is
     checked writable first and locked for the run; one it created is removed again if the
     run stops before writing anything."""
+    apply_threads(cfg.threads)
     world = rundir.World.start(cpu=cfg.use_cpu)
     with rundir.claimed(cfg.out, world) as out:
         return _train(cfg, out, callbacks, model, tokenizer, world)

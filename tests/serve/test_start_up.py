@@ -1,0 +1,122 @@
+"""Start-up does only what the first request needs: the server answers before the batching
+check has run (it runs in the background, then is remembered for the machine), a second copy
+of the model for the judge route loads with the first judge request, and a stop signal
+during start-up ends the process within seconds."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from serve_helpers import running, slow_forwards
+
+from setllm.loading import Origin
+from setllm.serve import ServeConfig, create_app
+from setllm.serve.engine import Engine
+from setllm.serve.service import DeferredModel
+
+CHOOSE = {"question": "Which city is the capital of France?", "options": ["Paris", "Rome", "Zurich"]}
+JUDGE = {"instruction": "Name a colour.", "candidates": ["red", "a dog"]}
+CHECKING = "identical requests only, until the batching check running in the background passes"
+
+
+def _started(app) -> TestClient:
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def test_the_server_answers_while_it_checks_batching_then_remembers_the_verdict(lm, batch_check_cache, monkeypatch):
+    with slow_forwards(lm, 0.2), _started(create_app(lm, ServeConfig())) as client:  # a check that takes a while
+        first = client.get("/health").json()["batching"]
+        answered = client.post("/v1/choose", json=CHOOSE)
+        client.portal.call(client.app.state.service.settled)
+        checked = client.get("/health").json()["batching"]
+    assert first == CHECKING and answered.status_code == 200 and checked == "on"
+    assert list(json.loads(batch_check_cache.read_text()).values()) == [True]
+
+    def never(*_):
+        raise AssertionError("the verdict is remembered: no check runs again")
+
+    monkeypatch.setattr(Engine, "batching_check", never)
+    with _started(create_app(lm, ServeConfig())) as client:
+        assert client.get("/health").json()["batching"] == "on"
+
+
+def test_a_failed_check_is_remembered_and_batches_identical_requests_only(lm, batch_check_cache, monkeypatch):
+    monkeypatch.setattr(Engine, "batching_check", lambda self, n: [lambda: True, lambda: False])
+    with _started(create_app(lm, ServeConfig())) as client:
+        client.portal.call(client.app.state.service.settled)
+        after_check = client.get("/health").json()["batching"]
+    assert after_check.startswith("identical requests only: a batch of different questions changed low bits")
+    assert list(json.loads(batch_check_cache.read_text()).values()) == [False]
+    monkeypatch.setattr(Engine, "batching_check", lambda self, n: [lambda: True])  # would pass: not asked again
+    with _started(create_app(lm, ServeConfig())) as client:
+        assert client.get("/health").json()["batching"] == after_check
+
+
+def test_the_check_key_changes_with_what_decides_the_kernels(lm, wide_lm):
+    from setllm.serve.batch_check import check_key
+
+    assert check_key(lm, 8) == check_key(lm, 8)
+    assert len({check_key(lm, 8), check_key(lm, 4), check_key(wide_lm, 8), check_key(lm.with_variant("causal-pe"), 8)}) == 4
+
+
+def test_a_stop_during_the_check_does_not_wait_for_it(lm, batch_check_cache):
+    with slow_forwards(lm, 0.3), running(lm) as (server, thread, url):  # the check: 4 steps of >= 0.3 s each
+        time.sleep(0.1)
+        stopped = time.monotonic()
+        server.handle_exit(signal.SIGTERM, None)
+        thread.join(timeout=10)
+        took = time.monotonic() - stopped
+    assert not thread.is_alive() and took < 2.0, took
+    assert not batch_check_cache.exists()  # no verdict from half a check
+
+
+def test_the_judge_copy_loads_with_the_first_judge_request(lm):
+    loads = []
+
+    def load():
+        loads.append(1)
+        return lm
+
+    deferred = DeferredModel(Origin("judge-model", "judge-adapter"), load)
+    with _started(create_app(lm, ServeConfig(), judge_lm=deferred)) as client:
+        client.portal.call(client.app.state.service.settled)
+        health = client.get("/health").json()
+        client.post("/v1/choose", json=CHOOSE)
+        before_judging = len(loads)
+        judged = [client.post("/v1/judge", json=JUDGE).json() for _ in range(2)]
+    assert health["judge_adapter"] == "judge-adapter" and before_judging == 0 and len(loads) == 1
+    with _started(create_app(lm, ServeConfig())) as client:  # the same weights, loaded up front
+        assert judged == [client.post("/v1/judge", json=JUDGE).json()] * 2
+
+
+def test_a_judge_copy_that_fails_to_load_fails_its_requests_only(lm):
+    def load():
+        raise OSError("disk gone")
+
+    with _started(create_app(lm, ServeConfig(), judge_lm=DeferredModel(Origin("m", "a"), load))) as client:
+        judged = client.post("/v1/judge", json=JUDGE)
+        chosen = client.post("/v1/choose", json=CHOOSE)
+    assert judged.status_code == 500 and judged.json() == {"error": "the judge model failed to load (disk gone)"}
+    assert chosen.status_code == 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)])
+def test_a_signal_while_the_model_loads_ends_the_process_at_once(sig, status, tmp_path):
+    """The embedded model takes seconds to load: a signal then ends the process as it
+    would any program (SIGTERM: killed by it; Ctrl-C: exit 130), within seconds."""
+    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0"], stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    assert proc.poll() is None
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    said = proc.stderr.read()
+    assert time.monotonic() - sent < 5 and proc.returncode == status, said
+    assert "listening" not in said  # the signal came during start-up
