@@ -1,4 +1,4 @@
-"""Cost of one Set-LLM verdict vs the causal judge run in both orders, side by side (issue 11).
+"""Cost of one Set-LLM verdict vs the causal judge run in both orders, side by side.
 
 The same pairs, the same model and batch size: ``setmask-setpe`` judges each pair once (the
 verdict cannot depend on the order); ``causal-pe`` must judge it in both orders to be fair
@@ -6,7 +6,7 @@ verdict cannot depend on the order); ``causal-pe`` must judge it in both orders 
 (target <= 0.55). Rounds alternate between the two so machine noise hits both alike.
 
 Usage: python benchmarks/bench_judge.py --pairs F.jsonl [--n 32] [--rounds 3] [--adapter none]
-(F: judge rows, e.g. from benchmarks/judge_short_pairs.py)
+(F: judge rows, e.g. from research/judge_short_pairs.py)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Long set prompts end to end on the embedded model (issue 10): prefill time and peak memory,
+"""Long set prompts end to end on the embedded model: prefill time and peak memory,
 sdpa + dense mask vs flex attention + BlockMask, and the set mask vs the causal mask.
 
 A prompt is the documents template (:mod:`setllm.tasks.documents`) with K equal documents of

@@ -1,4 +1,4 @@
-"""Load test of `setllm serve` on loopback (issue 13, item 5).
+"""Load test of `setllm serve` on loopback.
 
 Starts the server as a subprocess on a free 127.0.0.1 port with the model flags given
 (default: the embedded model + shipped adapter), then for each client count (1, 4, 8, 16)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench_core.py (a, b) on several commits, one after the other in one session, with this
-# checkout's venv: ratios and times side by side (docs/results.md, "Re-measured side by side").
+# bench_core.py (a, b) on several commits, one after the other in one run, with this
+# checkout's venv: ratios and times side by side (docs/experiments/core-speed.md, "Re-measured side by side").
 # Usage: bash benchmarks/core_side_by_side.sh COMMIT [COMMIT ...]   (HEAD's working tree last)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

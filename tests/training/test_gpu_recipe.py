@@ -1,4 +1,4 @@
-"""``benchmarks/reproduce_gpu.sh`` (docs/gpu.md), checked on CPU: the paper's 100 examples a
+"""``research/reproduce_gpu.sh`` (docs/gpu.md), checked on CPU: the paper's 100 examples a
 step split over any GPU count that divides it, one process per GPU, and flags that
 ``setllm train`` / ``setllm eval`` accept."""
 
@@ -18,7 +18,7 @@ from setllm.cli.common import LoadOptions, config_from_args
 from setllm.evaluation.config import EvalConfig
 from setllm.training import TrainConfig
 
-RECIPE = Path(__file__).parents[2] / "benchmarks" / "reproduce_gpu.sh"
+RECIPE = Path(__file__).parents[2] / "research" / "reproduce_gpu.sh"
 
 
 def recipe_env(gpus: int, **extra: str) -> dict[str, str]:

@@ -475,7 +475,7 @@ def test_a_run_stopped_by_bad_data_leaves_no_out_it_created(tmp_path):
 
 
 def test_the_shipped_recipes_parse_as_the_shipped_adapter_records_them(tmp_path):
-    """`benchmarks/default_adapter.sh build` runs the two shipped YAML recipes; each parses into
+    """`research/default_adapter.sh build` runs the two shipped YAML recipes; each parses into
     the config the shipped adapter's setllm.json records for its stage (the run-local fields
     aside: out, init_adapter)."""
     from setllm.cli import build_parser

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The paper's full reproduction on GPUs (docs/gpu.md): benchmarks/reproduce.sh at the paper's
+# The paper's full reproduction on GPUs (docs/gpu.md): research/reproduce.sh at the paper's
 # budgets. One command per table:
 #
-#   MODEL=google/gemma-2b DATA=/data/setllm benchmarks/reproduce_gpu.sh A   # then B, C, D
+#   MODEL=google/gemma-2b DATA=/data/setllm research/reproduce_gpu.sh A   # then B, C, D
 #
 # Training: bf16 (autocast, fp32 master weights), LoRA r 8 / alpha 1 on every linear layer,
 # lr 1e-3, 3000 steps of 100 examples (per-device batch x accumulation x GPUs = 100, the
@@ -43,4 +43,4 @@ export TRAIN_FLAGS="$common --max-steps 3000"
 export ULTRA_TRAIN_FLAGS="$common --max-steps $ULTRA_STEPS"
 export EVAL_FLAGS="$model --attn $ATTN --device cuda --dtype float32 --batch-size $EVAL_BATCH --no-progress"
 echo "GPUs $GPUS: $batch examples x $accum accumulation x $GPUS = 100 a step; runs in $RUNS" >&2
-exec benchmarks/reproduce.sh "$@"
+exec research/reproduce.sh "$@"

@@ -7,9 +7,9 @@ with EOS; one prefill per question, options after it). FLOPs are 6 * N * tokens 
 training and 2 * N * tokens for evaluation; hours = FLOPs / (peak * utilisation), with the
 peak and the utilisation stated (assumptions, printed with the result).
 
-    python benchmarks/gpu_estimate.py --data-dir ../shared/data [--sample 2000] [--json out.json]
+    python research/gpu_estimate.py --data-dir ../shared/data [--sample 2000] [--json out.json]
 
-What each table runs is read off ``benchmarks/reproduce.sh`` (training stages and
+What each table runs is read off ``research/reproduce.sh`` (training stages and
 evaluation passes per table), at the paper's budgets: every stage 3000 steps of 100
 examples, full evaluation splits.
 """
@@ -19,16 +19,19 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from report_io import emit  # benchmarks/, this script's folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # report_io, shared with the speed scripts
+from report_io import emit  # noqa: E402
 
-from setllm import SetLLM
-from setllm.evaluation.orderings import identity
-from setllm.tasks import get_task, load_records
-from setllm.training.collator import featurize
-from setllm.training.data import Example, load_examples
-from setllm.variants import VARIANTS
+from setllm import SetLLM  # noqa: E402
+from setllm.evaluation.orderings import identity  # noqa: E402
+from setllm.tasks import get_task, load_records  # noqa: E402
+from setllm.training.collator import featurize  # noqa: E402
+from setllm.training.data import Example, load_examples  # noqa: E402
+from setllm.variants import VARIANTS  # noqa: E402
 
 DATASETS = ("piqa", "arc_challenge", "commonsense_qa", "social_iqa")
 STEPS, EXAMPLES_PER_STEP = 3000, 100
@@ -86,7 +89,7 @@ def count(data_dir: str, sample: int) -> dict:
 
 
 def tables(counts: dict) -> dict:
-    """Training stages and evaluation token totals per table, as benchmarks/reproduce.sh runs them."""
+    """Training stages and evaluation token totals per table, as research/reproduce.sh runs them."""
     t, e = counts["train_mean_tokens"], counts["eval"]
     stage = lambda data: STEPS * EXAMPLES_PER_STEP * t[data]  # noqa: E731
     one = lambda ds, tpl="modified": e[f"{ds}-{tpl}"]["tokens_one_run"]  # noqa: E731

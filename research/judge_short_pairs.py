@@ -2,7 +2,7 @@
 response is at most --max-tokens tokens (SmolLM2 tokenizer), as judge rows (the two responses
 in a seeded random order, ties dropped) for `setllm eval --dataset judge --data-file`.
 
-Usage: python benchmarks/judge_short_pairs.py [--data ../shared/data/ultrafeedback/test.jsonl] [--max-tokens 512] --out F.jsonl
+Usage: python research/judge_short_pairs.py [--data ../shared/data/ultrafeedback/test.jsonl] [--max-tokens 512] --out F.jsonl
 """
 
 from __future__ import annotations

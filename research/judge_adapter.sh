@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The judge adapters for the embedded model and their measurement (issue 11).
+# The judge adapters for the embedded model and their measurement.
 #
-#   benchmarks/judge_adapter.sh pairs                 the UltraFeedback test pairs that fit 448 tokens
-#   benchmarks/judge_adapter.sh build VARIANT         train a judge adapter to write the better response (setmask-setpe
-#                                                     or causal-pe; the setmask-setpe one was shipped until session 13)
-#   benchmarks/judge_adapter.sh preference VARIANT    a judge adapter trained on ranking (issue 19, below; setmask-setpe:
-#                                                     the shipped src/setllm/adapters/smollm2-135m-judge since session 13)
-#   benchmarks/judge_adapter.sh evaluate NAME ADAPTER VARIANT
-#   benchmarks/judge_adapter.sh all                   every step above, then the five table rows
-#   benchmarks/judge_adapter.sh table                 the four rows any model has (no shipped adapter)
+#   research/judge_adapter.sh pairs                   the UltraFeedback test pairs that fit 448 tokens
+#   research/judge_adapter.sh build VARIANT           train a judge adapter to write the better response (setmask-setpe
+#                                                     or causal-pe; the setmask-setpe one was shipped until 2026-11-26)
+#   research/judge_adapter.sh preference VARIANT      a judge adapter trained on ranking (below; setmask-setpe:
+#                                                     the shipped src/setllm/adapters/smollm2-135m-judge since 2026-11-26)
+#   research/judge_adapter.sh evaluate NAME ADAPTER VARIANT
+#   research/judge_adapter.sh all                     every step above, then the five table rows
+#   research/judge_adapter.sh table                   the four rows any model has (no shipped adapter)
 #
 # MODEL=NAME reads with another --model (e.g. gemma3-270m; give it its own RUNS); the evaluation
 # pairs stay the ones chosen with the embedded model's tokenizer (PAIRS), so every model reads
@@ -29,7 +29,7 @@ model=(${MODEL:+--model "$MODEL"})
 run() { printf '+ %s\n' "$*" >&2; ${LOCK:+flock "$LOCK"} "$@"; }
 
 pairs() {
-  [ -s "$PAIRS" ] || run python benchmarks/judge_short_pairs.py --data "$DATA/ultrafeedback/test.jsonl" --max-tokens 448 --out "$PAIRS"
+  [ -s "$PAIRS" ] || run python research/judge_short_pairs.py --data "$DATA/ultrafeedback/test.jsonl" --max-tokens 448 --out "$PAIRS"
 }
 
 build() {  # build VARIANT
@@ -40,7 +40,7 @@ build() {  # build VARIANT
     --lr 3e-3 --batch-size 8 --epochs 1 --seed 42 --sample-seed 42 --logging-steps 5 --save-steps 20 --out "$out" "${resume[@]}"
 }
 
-# Preference judges (issue 19): `--objective preference`, SimPO's pairwise loss on each
+# Preference judges: `--objective preference`, SimPO's pairwise loss on each
 # response's mean log-likelihood after the judge prompt (the `mean` readout), on every
 # UltraFeedback train pair whose judge prompt + longer response fit PREF_LENGTH tokens (both
 # responses whole), one epoch of 8 pairs; the same pairs and settings for both variants.

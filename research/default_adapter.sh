@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The shipped Set-LLM adapter for the embedded model: build it, and check it (issue 8, point 4).
+# The shipped Set-LLM adapter for the embedded model: build it, and check that it helps.
 #
-#   benchmarks/default_adapter.sh build [--resume]   stage 1: src/setllm/adapters/smollm2-135m-setllm.yaml (cross-entropy),
+#   research/default_adapter.sh build [--resume]     stage 1: src/setllm/adapters/smollm2-135m-setllm.yaml (cross-entropy),
 #                                                    exported in bf16; stage 2: smollm2-135m-setllm-rank.yaml (rank the
 #                                                    options, from stage 1), exported to src/setllm/adapters/smollm2-135m-setllm/, demo
-#   benchmarks/default_adapter.sh untrained          evaluate the untrained model read with SetMask+SetPE
-#   benchmarks/default_adapter.sh adapter DIR NAME   evaluate an adapter the same way
+#   research/default_adapter.sh untrained            evaluate the untrained model read with SetMask+SetPE
+#   research/default_adapter.sh adapter DIR NAME     evaluate an adapter the same way
 #
 # The check: 300 seeded questions of each benchmark (--subset-seed 0, single mode, modified
 # template, options scored as text + EOS); the default must beat the untrained reading on at
@@ -13,7 +13,7 @@
 # Repository root, venv active, ../shared/data present. Resumable; logs each command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=benchmarks/reproduce.sh
+R=research/reproduce.sh
 RUNS=${RUNS:-runs/default}
 CONFIG=src/setllm/adapters/smollm2-135m-setllm.yaml
 RANK_CONFIG=src/setllm/adapters/smollm2-135m-setllm-rank.yaml

@@ -1,4 +1,4 @@
-"""Judge readouts against human labels and length baselines (issue 19).
+"""Judge readouts against human labels and length baselines.
 
 For each UltraFeedback test pair (ties dropped; the two responses in a seeded order, so the
 better one is first half the time), score what every readout of `setllm.readouts` needs,
@@ -10,8 +10,8 @@ pick-the-shorter (by characters). Resumable: raw scores go to ``--out/<judge>.js
 per line, a rerun scores only what is missing (``--readouts`` limits what is scored: the
 verdict prompts repeat the whole set once per candidate and cost more than the rest together).
 
-Usage: python benchmarks/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
-       --out benchmarks/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
+Usage: python research/judge_readouts.py --data ../shared/data/ultrafeedback/test.jsonl
+       --out research/results/judge_readouts [--limit N --subset-seed S] [--judges set,causal,set-judge]
        [--adapter NAME=PATH (one more judge: that adapter, read as the variant it was trained as)]
        [--readouts likelihood,mean,pmi] [--skip N] [--report-only]
 """
@@ -37,7 +37,7 @@ from setllm.variants import get_variant
 
 JUDGES = {  # name -> (variant, adapter, orders scored)
     "set": ("setmask-setpe", "none", 1),
-    "set-judge": ("setmask-setpe", "auto", 1),  # the shipped judge adapter (kind="judge"); before session 13 the SFT one, now sft-judge.jsonl
+    "set-judge": ("setmask-setpe", "auto", 1),  # the shipped judge adapter (kind="judge"); before 2026-11-26 the SFT one, now sft-judge.jsonl
     "causal": ("causal-pe", "none", 2),
 }
 

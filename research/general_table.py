@@ -1,6 +1,6 @@
-"""The table of issue 20: each evaluated model on every task and format, subset seeds 0 and 1.
+"""The general grid: each evaluated model on every task and format, subset seeds 0 and 1.
 
-Reads the ``summary.json`` files ``benchmarks/general_adapter.sh eval NAME ...`` writes
+Reads the ``summary.json`` files ``research/general_adapter.sh eval NAME ...`` writes
 (``RUNS/eval/NAME/<task>-<template>-s<seed>``, documents ``kv8-held-out-s<seed>``, the judge
 ``ultrafeedback-pairs-held-out-s<seed>``) and prints
 one markdown row per task and format, one column per NAME and seed: the ``random`` accuracy
@@ -15,9 +15,9 @@ cells (the standard error clustered by question: both templates ask the same one
 templates, both seeds), one row per NAME. ``--seeds all`` reads runs on a whole split instead
 (folders ``<task>-<template>-all``).
 
-Usage: python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,mixed,mixed-no-ultra
-       python benchmarks/general_table.py --runs runs/general/eval --paired mixed,mixed-no-ultra
-       python benchmarks/general_table.py --runs runs/general/eval --names untrained-set,shipped --by-task
+Usage: python research/general_table.py --runs runs/general/eval --names untrained-set,mixed,mixed-no-ultra
+       python research/general_table.py --runs runs/general/eval --paired mixed,mixed-no-ultra
+       python research/general_table.py --runs runs/general/eval --names untrained-set,shipped --by-task
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-from report_io import mean_se  # benchmarks/, this script's folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # report_io, shared with the speed scripts
+from report_io import mean_se  # noqa: E402
 
 TASKS = {"piqa": "PIQA", "social_iqa": "SIQA", "arc_challenge": "ARC", "commonsense_qa": "CSQA"}
 FORMATS = {"modified": "trained template", "held-out": "held-out template"}

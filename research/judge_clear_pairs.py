@@ -1,4 +1,4 @@
-"""Clear judge pairs, better answer shorter or longer (issue 19's real-model test, tried first).
+"""Clear judge pairs, better answer shorter or longer (a real-model test of the judge, tried first).
 
 Six hand-written pairs whose better response is obvious to a reader: three where it is the
 shorter one (a length rule picking the longer fails them) and three where it is the longer
@@ -6,7 +6,7 @@ one (a rule picking the shorter fails them). Each judge reads each pair in both 
 prints, per judge and readout, which pairs it got right (`R`) or wrong (`.`) and whether the
 two orders agreed.
 
-Usage: python benchmarks/judge_clear_pairs.py [--judge NAME=ADAPTER:READOUT ...]
+Usage: python research/judge_clear_pairs.py [--judge NAME=ADAPTER:READOUT ...]
        (ADAPTER: auto = the shipped judge adapter, none, or a path; default: the shipped
        judge under likelihood and mean, and the model without an adapter under mean)
 """

