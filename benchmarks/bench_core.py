@@ -25,9 +25,9 @@ from report_io import emit  # benchmarks/, this script's folder
 
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
-from setllm.encoding import setpe_positions
+from setllm.core.encoding import setpe_positions
+from setllm.core.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 from setllm.loading import load_adapter, load_model
-from setllm.masks import TokenLayout, render_block_mask, render_bool, variant_mask
 from setllm.tasks import get_task, load_records
 
 

@@ -1,4 +1,4 @@
-"""What the fixed shapes of `setllm.scoring.score_requests` cost and buy, side by side in one run.
+"""What the fixed shapes of `setllm.core.scoring.score_requests` cost and buy, side by side in one run.
 
 Eight different multiple-choice questions (those of bench_serve.py) on the embedded model,
 scored three ways, each repeated and the median taken:
@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_serve import QUESTIONS  # noqa: E402
 
-from setllm import SetLLM, mc_prompt, scoring  # noqa: E402
+from setllm import SetLLM, mc_prompt  # noqa: E402
+from setllm.core import scoring
 
 
 def timed(fn, repeats: int) -> float:

@@ -46,10 +46,10 @@ def measure(length: int, backend: str, variant: str, doc_tokens: int, repeats: i
     import torch
 
     from setllm import SetLLM
-    from setllm.batch import collate
+    from setllm.core.batch import collate
+    from setllm.core.scoring import prefill
     from setllm.evaluation.resources import peak_memory_mb, reset_peak_memory
     from setllm.loading import load_model
-    from setllm.scoring import prefill
 
     torch.set_num_threads(threads)
     model, tok = load_model(None, None, dtype=torch.float32, attn_implementation=backend)

@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def batches(lm_by_variant: dict, args) -> list[dict]:
     """``rounds`` batches per variant, from the same examples (a seeded sample)."""
     from setllm.training.collator import SetCollator, featurize
-    from setllm.training.data import load_examples
+    from setllm.training.examples import load_examples
 
     n = args.batch_size * args.rounds
     examples, _ = load_examples(args.data.split(","), args.data_dir, limit=n, sample_seed=0)

@@ -30,10 +30,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from setllm import SetLLM, readouts
-from setllm.api import ranking
+from setllm.core.variants import get_variant
 from setllm.loading import AdapterInfo
+from setllm.policy import ranking
 from setllm.tasks.judge import judge_prompt, pair_row
-from setllm.variants import get_variant
 
 JUDGES = {  # name -> (variant, adapter, orders scored)
     "set": ("setmask-setpe", "none", 1),
@@ -64,7 +64,7 @@ def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
                 "alone": [(readouts.alone_prompt(row), list(row.candidates))],
                 "yes_no": [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]}
         # The instruction alone does not depend on the candidates' order: the swapped order
-        # reuses it (the same (prompt, option) computations: bit-identical, see setllm.scoring).
+        # reuses it (the same (prompt, option) computations: bit-identical, see setllm.core.scoring).
         names = [n for n in asks if n in parts and not (n == "alone" and k == 1)]
         flat = [a for n in names for a in asks[n]]
         got = iter(lm.score([p for p, _ in flat], [o for _, o in flat]))
@@ -126,7 +126,7 @@ def check_same_weights(path: Path, lm: SetLLM, resuming: bool) -> None:
     adapter replaced under the same judge name must not mix with its predecessor's scores):
     ``<name>.weights`` beside them holds the fingerprint; a file older than that record is
     taken as given once, with a warning."""
-    from setllm.runtime import weights_fingerprint
+    from setllm.core.runtime import weights_fingerprint
 
     stamp, now = path.with_suffix(".weights"), weights_fingerprint(lm.model)
     if stamp.exists() and stamp.read_text().strip() != now:
@@ -224,7 +224,8 @@ def main() -> None:
     import torch
 
     print(f"# judge readouts ({platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
-          f"model {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(pairs)} pairs of {args.data}, limit {args.limit}, subset seed {args.subset_seed}, skip {args.skip})\n")
+          f"model {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(pairs)} pairs of {args.data}, limit {args.limit}, "
+          f"subset seed {args.subset_seed}, skip {args.skip})\n")
     print("| judge, readout | accuracy | ± se | swapped | both agree | consistency | first slot | better is longer | better is shorter |")
     print("|---|---|---|---|---|---|---|---|---|")
     pct = lambda r, k: f"{100 * r[k]:.1f}" if k in r else ""  # noqa: E731

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from setllm.data import iter_jsonl
+from setllm.io.records import iter_jsonl
 from setllm.loading import embedded_model_dir
 from setllm.tasks.judge import judge_prompt, pair_row
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # r
 from report_io import mean_se  # noqa: E402
 
 from setllm import SetLLM  # noqa: E402
-from setllm.data import iter_jsonl  # noqa: E402
+from setllm.io.records import iter_jsonl  # noqa: E402
 from setllm.tasks.ultrafeedback import instruction_pair  # noqa: E402
 
 MAX_TOKENS = 384  # prompt + response: the training runs' longest

@@ -11,17 +11,17 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "api": ["Choice", "SetLLM", "Verdict", "default_adapter", "pick"],
-    "encoding": ["EncodedPrompt", "PromptEncoder", "setpe_positions"],
-    "generation": ["GenerationConfig"],
-    "load_options": ["LoadOptions"],
+    "api": ["SetLLM", "default_adapter"],
+    "policy": ["Choice", "Verdict", "pick"],
+    "core.encoding": ["EncodedPrompt", "PromptEncoder", "setpe_positions"],
+    "core.generation": ["GenerationConfig"],
+    "core.prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json", "parse_markup", "to_markup"],
+    "core.runtime": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],
+    "core.scoring": ["OptionScore"],
+    "core.templates": ["mc_prompt", "original_prompt"],
+    "core.variants": ["DEFAULT_VARIANT", "VARIANTS", "Variant", "get_variant"],
     "loading": ["DEFAULT_MODEL", "ModelLoadError", "load_model"],
-    "markup": ["parse_markup", "to_markup"],
-    "prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json"],
-    "runtime": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],
-    "scoring": ["OptionScore"],
-    "templates": ["mc_prompt", "original_prompt"],
-    "variants": ["DEFAULT_VARIANT", "VARIANTS", "Variant", "get_variant"],
+    "loading.options": ["LoadOptions"],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [name for names in _EXPORTS.values() for name in names]

@@ -6,54 +6,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from . import generation, scoring
-from .batch import collate
-from .codec import Codec
-from .encoding import EncodedPrompt
-from .errors import InputError, SetLLMWarning
-from .load_options import LoadOptions, apply_threads
+from .core import generation, scoring
+from .core.batch import collate
+from .core.codec import Codec
+from .core.encoding import EncodedPrompt
+from .core.prompt import PromptLike, SetPrompt, as_prompt
+from .core.runtime import check_model, forward, use_auto_attention
+from .core.templates import mc_prompt, options_of
+from .core.variants import DEFAULT_VARIANT, Variant, get_variant
+from .errors import InputError
 from .loading import Origin, load_model
-from .prompt import PromptLike, SetPrompt, as_prompt
-from .runtime import check_model, forward, use_auto_attention
-from .templates import mc_prompt, options_of
-from .variants import DEFAULT_VARIANT, Variant, get_variant
+from .loading.options import LoadOptions, apply_threads
+from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
+from .policy import (
+    Choice,
+    Verdict,
+    check_candidates,
+    check_choices,
+    option_list,
+    pick,
+    verdict,
+)
+from .readouts import JudgeRow, candidate_scores, trained_readout
+from .tasks.documents import documents_prompt
 
-# The adapters shipped for the embedded model, one per kind of task they were trained for.
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
-SHIPPED_ADAPTERS = {"choose": "smollm2-135m-setllm", "judge": "smollm2-135m-judge", "documents": "smollm2-135m-documents"}
-DEFAULT_ADAPTER = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS["choose"]
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The answer to one multiple-choice question."""
-
-    answer: str
-    index: int
-    scores: list[scoring.OptionScore]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A judge's verdict over k candidates, indices into the caller's list.
-
-    Attributes:
-        best: the best candidate (None: a tie within ``tie_margin``).
-        ranking: all candidates, best first.
-        scores: one log-likelihood per candidate, in the caller's order.
-    """
-
-    best: int | None
-    ranking: list[int]
-    scores: list[float]
 
 
 @dataclass(frozen=True)
@@ -85,26 +68,6 @@ class ReadOptions:
             object.__setattr__(self, "exact", self.variant.invariant)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-
-
-def embedded_or(model: str | None) -> str | None:
-    """``model``, or None where it names the embedded model (its name, or its GGUF file by path)."""
-    from .loading import DEFAULT_MODEL, canonical_name
-
-    model = canonical_name(model)
-    return None if model == DEFAULT_MODEL else model
-
-
-def default_adapter(kind: str = "choose") -> str | None:
-    """The Set-LLM adapter shipped for the embedded model, if this install has it:
-    ``"choose"`` (choose, score, generate, eval of the benchmarks; what ``adapter="auto"``
-    loads), ``"judge"`` (trained on judge examples; the default of ``setllm judge``) or
-    ``"documents"`` (trained on documents read as a set, for :meth:`SetLLM.answer`; the
-    default of ``setllm eval --dataset documents``)."""
-    if kind not in SHIPPED_ADAPTERS:
-        raise InputError(f"unknown adapter kind {kind!r}; choose one of: {', '.join(SHIPPED_ADAPTERS)}")
-    path = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS[kind]
-    return str(path) if (path / "adapter_config.json").exists() else None
 
 
 class SetLLM:
@@ -147,7 +110,7 @@ class SetLLM:
         writes it) restores the variant, chat mode and EOS scoring it was trained with; an
         explicit different choice is allowed with a warning. An adapter trained on another
         base model is refused unless ``allow_base_mismatch``. ``attn_implementation="auto"``:
-        sdpa, and flex attention for a prompt of :data:`setllm.runtime.LONG_PROMPT_TOKENS`
+        sdpa, and flex attention for a prompt of :data:`setllm.core.runtime.LONG_PROMPT_TOKENS`
         tokens or more.
         """
         dtype = str(dtype).removeprefix("torch.")
@@ -189,8 +152,6 @@ class SetLLM:
     def judge_readout(self) -> str:
         """The readout :meth:`judge` uses unless told: the one the adapter was trained for
         (``setllm.json``), else :data:`setllm.readouts.DEFAULT_READOUT`."""
-        from .readouts import trained_readout
-
         return trained_readout(self.origin.trained_as)
 
     @property
@@ -234,14 +195,14 @@ class SetLLM:
         Each option is scored as its text + EOS (``eos=False``: the text alone).
         """
         if _is_single_prompt(prompts) and not _nested(options):
-            flat = None if options is None else [_option_list(options, "options", empty=True)]
+            flat = None if options is None else [option_list(options, "options", empty=True)]
             return self._score_many([as_prompt(prompts)], flat, eos)[0]
         return self._score_many(_prompt_list(prompts), options, eos)
 
     def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None) -> list[list[scoring.OptionScore]]:
         # Default options keep the caller's element order; the scores come back in it.
         # An empty option is a response of EOS alone (a judge's empty candidate); without EOS it tokenizes to nothing (refused).
-        options = [options_of(p) for p in prompts] if options is None else [_option_list(o, f"options[{i}]", empty=True) for i, o in enumerate(options)]
+        options = [options_of(p) for p in prompts] if options is None else [option_list(o, f"options[{i}]", empty=True) for i, o in enumerate(options)]
         if len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
@@ -251,7 +212,7 @@ class SetLLM:
         for lo in self._chunks(len(prompts), "scoring", window):
             chunk, opts = prompts[lo : lo + window], options[lo : lo + window]
             requests = [scoring.ScoreRequest(self.encode(p), [self.response_ids(p, o, eos) for o in os_]) for p, os_ in zip(chunk, opts)]
-            sums = scoring.score_requests(self.model, self.variant, self.pad_id, requests)
+            sums = self.score_encoded(requests)
             results += [scoring.to_option_scores(o, s) for o, s in zip(opts, sums)]
         return results
 
@@ -279,12 +240,10 @@ class SetLLM:
     def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0,
                    readout: str | None = None) -> list[Verdict]:
         """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
-        from .readouts import JudgeRow, candidate_scores
-
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
         judged = [JudgeRow(instr, tuple(check_candidates(c)), inp) for instr, c, inp in rows]
-        scores = candidate_scores(self, judged, readout or self.judge_readout)
+        scores = candidate_scores(self.score, judged, readout or self.judge_readout)
         return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
 
     # -- documents ----------------------------------------------------------------------
@@ -292,9 +251,7 @@ class SetLLM:
         """Answer ``question`` from ``documents`` read as one set (greedy, up to a newline;
         see :mod:`setllm.tasks.documents`): under an invariant variant their order cannot
         change the answer."""
-        from .tasks.documents import documents_prompt
-
-        docs = _option_list(documents, "documents")
+        docs = option_list(documents, "documents")
         if not docs:
             raise InputError("documents: answering needs at least one document, got none")
         if not isinstance(question, str) or not question.strip():
@@ -316,9 +273,27 @@ class SetLLM:
         prompts = _prompt_list(prompts)
         out: list[str] = []
         for lo in self._chunks(len(prompts), "generating"):
-            batch = collate([self.encode(p) for p in prompts[lo : lo + self.batch_size]], self.variant.positions, self.pad_id)
-            out += generation.generate(self.model, self.tokenizer, self.variant, batch, config)
+            out += [text for text, _ in self.generate_encoded([self.encode(p) for p in prompts[lo : lo + self.batch_size]], config)]
         return out[0] if single else out
+
+    # -- encoded requests ---------------------------------------------------------------
+    # The entry for front ends that batch and encode on their own (the server, the lm-eval
+    # backend): the same rungs as score/generate, so the same request gives the same bits.
+    def score_encoded(self, requests: Sequence[scoring.ScoreRequest]) -> list[list[scoring.TokenScore]]:
+        """Each request's options scored after its prompt (token ids already made by
+        :meth:`encode` and :meth:`response_ids`), through the one scoring driver."""
+        return scoring.score_requests(self.model, self.variant, self.pad_id, requests)
+
+    def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
+                         on_token=None) -> list[tuple[str, list[int]]]:
+        """Generated text and token ids for encoded prompts generated together
+        (``on_token()`` after each step: a caller's way to stop, by raising)."""
+        batch = collate(list(prompts), self.variant.positions, self.pad_id)
+        return generation.generate_tokens(self.model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+
+    def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
+        """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
+        return scoring.token_details(self.model, self.variant, self.pad_id, prompt, response, top)
 
     # -- raw ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -338,35 +313,6 @@ class SetLLM:
     def __repr__(self) -> str:
         o = self.options
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
-
-
-def check_candidates(candidates) -> list[str]:
-    """Judge candidates: at least two texts; outer whitespace is not part of a response. An
-    empty response is a real candidate (scored as EOS alone)."""
-    out = [c.strip() for c in _option_list(candidates, "candidates", empty=True)]
-    if len(out) < 2:
-        raise InputError(f"a judge needs at least two candidates, got {len(out)}")
-    return out
-
-
-def ranking(scores: Sequence[float], texts: Sequence[str]) -> list[int]:
-    """Indices of the options (or candidates), best first. Equal scores go by text: the tie
-    rule of every surface (library, CLI, server, eval), so that not even a tie (they happen in
-    bf16) can make the answer depend on the order the options came in."""
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], texts[i]))
-
-
-def verdict(scores: list[float], candidates: Sequence[str], tie_margin: float = 0.0) -> Verdict:
-    """The judge's verdict on ``scores`` (one per candidate, the caller's order)."""
-    order = ranking(scores, candidates)
-    tied = len(scores) > 1 and scores[order[0]] - scores[order[1]] <= tie_margin and tie_margin > 0
-    return Verdict(None if tied else order[0], order, scores)
-
-
-def pick(scores: Sequence[scoring.OptionScore], normalize: bool = False) -> Choice:
-    """The best-scoring option (equal bests: see :func:`ranking`)."""
-    best = ranking([s.mean_logprob if normalize else s.logprob for s in scores], [s.text for s in scores])[0]
-    return Choice(scores[best].text, best, list(scores))
 
 
 def _is_single_prompt(obj) -> bool:
@@ -391,29 +337,3 @@ def _prompt_list(obj) -> list[SetPrompt]:
     return [as_prompt(p) for p in obj]
 
 
-def check_choices(options, where: str = "options") -> list[str]:
-    """The options of a multiple-choice question: at least two, non-empty, distinct. Outer
-    whitespace is stripped (with a warning): the template puts each option on its own line,
-    and a trailing space would tokenize differently there than in the response."""
-    options = _option_list(options, where)
-    if len(options) < 2:
-        raise InputError(f"{where}: a question needs at least two options, got {len(options)}")
-    stripped = [o.strip() for o in options]
-    if stripped != options:
-        warnings.warn(f"{where}: leading/trailing whitespace stripped from {sum(a != b for a, b in zip(stripped, options))} option(s)",
-                      SetLLMWarning, stacklevel=3)
-    dupes = sorted({o for o in stripped if stripped.count(o) > 1})
-    if dupes:
-        raise InputError(f"{where}: duplicate option {dupes[0]!r}; options must be distinct")
-    return stripped
-
-
-def _option_list(options, where: str, empty: bool = False) -> list[str]:
-    """Options as a list of strings (``empty``: blank text allowed); a bare string would be
-    read one character per option."""
-    if isinstance(options, str) or not isinstance(options, Sequence):
-        raise InputError(f"{where} must be a list of strings, got {type(options).__name__}")
-    bad = [i for i, o in enumerate(options) if not isinstance(o, str) or not (empty or o.strip())]
-    if bad:
-        raise InputError(f"{where}[{bad[0]}] must be {'text' if empty else 'non-empty text'}, got {options[bad[0]]!r}")
-    return list(options)

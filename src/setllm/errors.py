@@ -22,3 +22,15 @@ class ModelLoadError(SetLLMError, OSError):
 
 class SetLLMWarning(UserWarning):
     """Something the user should know (the CLI prints it once as ``warning: ...``)."""
+
+
+class OptionError(InputError):
+    """A bad value of one option; each surface names it its own way (``--batch-size``,
+    ``--model_args batch_size``) with :meth:`named`."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name} {problem}")
+        self.name, self.problem = name, problem
+
+    def named(self, spell) -> InputError:
+        return InputError(f"{spell(self.name)} {self.problem}")

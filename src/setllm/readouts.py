@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .prompt import SetPrompt, template_prompt
+from .core.prompt import SetPrompt, template_prompt
+from .core.scoring import OptionScore
+from .errors import InputError
+from .loading.adapters import READOUT_NAMES
 from .tasks.judge import judge_head, judge_prompt
-
-if TYPE_CHECKING:
-    from .scoring import OptionScore
 
 
 @dataclass(frozen=True)
@@ -39,6 +38,7 @@ class JudgeRow:
 
 
 Asks = list[tuple[SetPrompt, list[str]]]  # what to score: prompts and their options
+Scorer = Callable[[list[SetPrompt], list[list[str]]], list[list[OptionScore]]]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ READOUTS: dict[str, Readout] = {
                 lambda row, s: [yes.logprob - no.logprob for yes, no in s]),
     )
 }
+assert tuple(READOUTS) == READOUT_NAMES, "setllm.loading.adapters.READOUT_NAMES lists every readout"
 DEFAULT_READOUT = "likelihood"
 # Readouts that score the judge prompt alone, so any judge template's own prompt reads them
 # (``setllm eval --template held-out``); the others build prompts of their own on the trained one.
@@ -96,19 +97,19 @@ def trained_readout(info) -> str:
 
 
 def get_readout(name: str) -> Readout:
-    from .errors import InputError
-
     if name not in READOUTS:
         raise InputError(f"unknown readout {name!r}; choose one of: {', '.join(READOUTS)}")
     return READOUTS[name]
 
 
-def candidate_scores(lm, rows: Sequence[JudgeRow], readout: str = DEFAULT_READOUT) -> list[list[float]]:
-    """One score per candidate of every row, higher is better, through ``lm.score`` (batched)."""
+def candidate_scores(score: Scorer, rows: Sequence[JudgeRow], readout: str = DEFAULT_READOUT) -> list[list[float]]:
+    """The judge's ask -> score -> combine: one score per candidate of every row, higher is
+    better. ``score(prompts, options)`` scores every ask of every row at once (the library
+    passes :meth:`setllm.SetLLM.score`; the server its engine's, on the model thread)."""
     r = get_readout(readout)
     asks = [r.asks(row) for row in rows]
     flat = [a for row_asks in asks for a in row_asks]
-    scores = lm.score([p for p, _ in flat], [o for _, o in flat]) if flat else []
+    scores = score([p for p, _ in flat], [o for _, o in flat]) if flat else []
     out, at = [], 0
     for row, row_asks in zip(rows, asks):
         out.append(r.combine(row, scores[at : at + len(row_asks)]))

@@ -22,7 +22,7 @@ def test_choose_json_contract(model_dir, capsys):
     code, out, err = cli(capsys, "choose", "Which city is the capital of France?", "--options", "Paris", "Rome", "Zurich", "--model", model_dir, "--json")
     assert code == 0
     result = json.loads(out)
-    assert result["model"] == model_dir and result["adapter"] is None  # says which adapter is in use (issue 9, item 11)
+    assert result["model"] == model_dir and result["adapter"] is None  # says which adapter is in use
     assert f"setllm: {model_dir}, adapter none, variant setmask-setpe" in err
     assert result["answer"] in ("Paris", "Rome", "Zurich") and set(result["scores"]) == {"Paris", "Rome", "Zurich"}
     assert result["answer"] == max(result["scores"], key=result["scores"].get)
@@ -161,9 +161,9 @@ def test_choose_a_file_of_questions_resumes_in_input_order(model_dir, capsys, tm
 
 
 def test_setllm_warnings_print_once_as_one_line(model_dir, capsys, monkeypatch):
-    import setllm.encoding
+    import setllm.core.encoding
 
-    monkeypatch.setattr(setllm.encoding, "_warned", False)  # it warns once per process
+    monkeypatch.setattr(setllm.core.encoding, "_warned", False)  # it warns once per process
     code, _, err = cli(capsys, "generate", "--prompt", "a\\n{{x||y}}Answer: ", "--max-new-tokens", "2", "--model", model_dir, "--adapter", "none")
     assert code == 0
     warning_lines = [line for line in err.splitlines() if "warning" in line.lower()]

@@ -94,7 +94,7 @@ def test_a_docs_command_parses_validates_and_finds_its_data(argv, trained, monke
 
 def reads_data(args) -> None:
     """Resolve the benchmark data a command would read (without running the command)."""
-    from setllm.training.data import load_examples
+    from setllm.training.examples import load_examples
 
     command = (args.command, getattr(args, "generator", None) or getattr(args, "what", None))
     if command[0] == "eval" and args.dataset and not args.data_file:

@@ -1,4 +1,4 @@
-"""A new user's papercuts (issue 36, "Smaller"): each command says what it does the same way."""
+"""A new user's papercuts: each command says what it does the same way."""
 
 from __future__ import annotations
 

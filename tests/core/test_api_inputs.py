@@ -6,8 +6,8 @@ import pytest
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
+from setllm.core.prompt import parse_markup
 from setllm.errors import InputError
-from setllm.markup import parse_markup
 
 
 @pytest.fixture(scope="module")

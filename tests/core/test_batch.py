@@ -1,11 +1,11 @@
-"""Padding encoded prompts into tensors (:mod:`setllm.batch`)."""
+"""Padding encoded prompts into tensors (:mod:`setllm.core.batch`)."""
 
 from __future__ import annotations
 
 import torch
 
-from setllm.batch import collate, continuation_layout
-from setllm.encoding import NOT_IN_SET, EncodedPrompt
+from setllm.core.batch import collate, continuation_layout
+from setllm.core.encoding import NOT_IN_SET, EncodedPrompt
 
 # "Q" {"a b", "c"} "A": set 0 with elements 0 (two tokens) and 1 (one token).
 PROMPT = EncodedPrompt([5, 6, 7, 8, 9], [-1, 0, 0, 0, -1], [-1, 0, 0, 1, -1])

@@ -1,4 +1,4 @@
-"""The codec closes every hole in the guarantee (issue 8, point 1).
+"""The codec closes every hole in the guarantee.
 
 A property over random prompt shapes: sets first, last, adjacent, alone; elements with and
 without trailing whitespace. Under an invariant variant every accepted prompt scores the same
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import PromptError, Set, SetLLM, as_prompt
-from setllm.codec import Codec
-from setllm.variants import get_variant
+from setllm.core.codec import Codec
+from setllm.core.variants import get_variant
 
 WORDS = ["apple", "banana", "cherry", "seven", "dog", "fox", "water", "one two"]
 ENDINGS = ["", "\n", " ", "\n\n", "\t"]

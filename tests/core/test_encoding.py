@@ -4,7 +4,7 @@ import pytest
 from tiny import tiny_tokenizer
 
 from setllm import PromptEncoder, Set, as_prompt, mc_prompt
-from setllm.templates import response_text
+from setllm.core.templates import response_text
 
 QUESTION = "Which city is the capital of France?"
 CHOICES = ["Budapest", "Paris", "Zurich"]
@@ -70,7 +70,7 @@ def test_chat_mode_needs_a_template():
 
 
 def test_trailing_space_warns():
-    import setllm.encoding as encoding
+    import setllm.core.encoding as encoding
 
     encoding._warned = False
     with pytest.warns(UserWarning, match="start of the next segment"):

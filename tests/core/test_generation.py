@@ -5,8 +5,8 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import GenerationConfig, Set, SetLLM, as_prompt
-from setllm.batch import collate
-from setllm.runtime import forward
+from setllm.core.batch import collate
+from setllm.core.runtime import forward
 
 PROMPT = as_prompt(["Question: Which fruit?\n\nChoices:\n", Set(["apple\n", "dog\n"]), "Answer:"])
 
@@ -63,7 +63,7 @@ def test_stop_string_cuts_the_text(lm):
 
 def test_rows_stopping_at_different_steps_end_the_batch_early(lm):
     """A row whose stop string came many tokens ago still counts as stopped."""
-    from setllm import generation
+    from setllm.core import generation
 
     second = as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])
     enc = [lm.encode(p) for p in (PROMPT, second)]
@@ -108,7 +108,7 @@ def test_bad_generation_config(kwargs, message):
 
 def test_a_character_cut_by_max_new_tokens_is_dropped_not_replaced():
     """Byte-level tokens can stop inside a multi-byte character; the text must not end in U+FFFD."""
-    from setllm.generation import _finish
+    from setllm.core.generation import _finish
 
     tok = tiny_tokenizer()
     ids = tok.encode("日本", add_special_tokens=False)  # 6 byte tokens, 3 per character

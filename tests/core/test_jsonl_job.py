@@ -1,4 +1,4 @@
-"""The JSONL job (:mod:`setllm.jsonl_job`): answers are matched to input rows by id *and*
+"""The JSONL job (:mod:`setllm.io.jsonl_job`): answers are matched to input rows by id *and*
 content, so a resumed job never hands back answers to other rows; the output is never the
 input; bad rows stop the job or, with ``skip_bad``, are skipped and counted."""
 
@@ -9,8 +9,9 @@ import json
 import pytest
 from tiny import run_cli
 
-from setllm import LoadOptions, jsonl_job
-from setllm.data import DataError
+from setllm import LoadOptions
+from setllm.io import jsonl_job
+from setllm.io.records import DataError
 
 
 def parse(obj, where):
@@ -143,7 +144,7 @@ def test_a_local_model_retrained_in_place_is_another_model(tmp_path):
     """A model named by path is fingerprinted by its files (names, sizes, both ends), so
     answers of a folder retrained under the same path are not resumed; files that decide
     no answer (a README) do not count."""
-    from setllm.load_options import EDGE, local_model_fingerprint
+    from setllm.loading.options import EDGE, local_model_fingerprint
 
     model = tmp_path / "model"
     model.mkdir()

@@ -1,4 +1,4 @@
-"""Inline markup (:mod:`setllm.markup`): the grammar, its errors by offset, and one rule on
+"""Inline markup (:mod:`setllm.core.prompt`): the grammar, its errors by offset, and one rule on
 every surface: a prompt given as one string is markup; list text that looks like markup is
 read as text, with a warning."""
 
@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from setllm import PromptError, Set, SetPrompt, as_prompt, from_json, parse_markup, to_markup
+from setllm import (
+    PromptError,
+    Set,
+    SetPrompt,
+    as_prompt,
+    from_json,
+    parse_markup,
+    to_markup,
+)
 from setllm.errors import SetLLMWarning
 
 

@@ -6,8 +6,8 @@ Example: ``Q {a1 a2, b1} A`` then a one-token response ``R`` (one token per lett
 import pytest
 import torch
 
-from setllm.encoding import EncodedPrompt, setpe_positions
-from setllm.masks import TokenLayout, render, render_block_mask, variant_mask
+from setllm.core.encoding import EncodedPrompt, setpe_positions
+from setllm.core.masks import TokenLayout, render, render_block_mask, variant_mask
 
 LAYOUT = TokenLayout(
     valid=torch.tensor([[1, 1, 1, 1, 1, 1]], dtype=torch.bool),

@@ -8,7 +8,8 @@ import itertools
 
 import pytest
 
-from setllm import Set, SetLLM, runtime
+from setllm import Set, SetLLM
+from setllm.core import runtime
 from setllm.loading import sources
 
 pytestmark = pytest.mark.slow

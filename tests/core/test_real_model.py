@@ -134,7 +134,8 @@ def test_shipped_documents_adapter_retrieves_in_any_order():
     docs/results.md, not of its training rows), with the same answer wherever the gold sits;
     the embedded model without it answers none (0% there)."""
     from setllm.api import default_adapter
-    from setllm.tasks.documents import exact_match, kv_retrieval
+    from setllm.generators.documents import kv_retrieval
+    from setllm.tasks.documents import exact_match
 
     lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
     rows = kv_retrieval(pairs=10, n=10, seed=1001, key_length=8, value_length=8)
@@ -154,14 +155,14 @@ def test_the_embedded_gguf_by_path_is_the_default_model(lm):
 
 
 def test_the_readme_generate_example_names_a_fruit(lm):
-    from setllm.markup import parse_markup
+    from setllm.core.prompt import parse_markup
 
     assert lm.generate(parse_markup(r"Pick the fruit:\n{{car\n||apple\n||house\n}}Answer:"), max_new_tokens=8).strip() == "apple"
 
 
 @pytest.mark.parametrize("task", ["arc_challenge", "piqa", "social_iqa", "commonsense_qa"])
 def test_shipped_adapter_reads_the_held_out_template_in_any_order(lm, task):
-    """Issue 20: the shipped adapter on a format no training mix holds (``--template held-out``,
+    """The shipped adapter on a format no training mix holds (``--template held-out``,
     the first fixture question of each benchmark) picks an option and scores each option bit
     for bit the same in every rotation of the options (exact mode)."""
     from setllm.tasks import get_task
@@ -180,12 +181,12 @@ def test_shipped_adapter_reads_the_held_out_template_in_any_order(lm, task):
 
 
 def test_shipped_documents_adapter_answers_held_out_phrasings_in_any_order():
-    """Issue 20: four key-value rows in the held-out phrasings (never in a training mix) get
+    """Four key-value rows in the held-out phrasings (never in a training mix) get
     one answer wherever the gold document sits, and it is the right one (measured: 4 of 4;
     the adapter answers 84-85% of such rows, docs/results.md)."""
     from setllm.api import default_adapter
+    from setllm.generators.phrasings import kv_phrased
     from setllm.tasks.documents import exact_match
-    from setllm.tasks.phrasings import kv_phrased
 
     lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
     rows = kv_phrased("held-out", docs=4, n=4, seed=7)

@@ -1,4 +1,4 @@
-"""One forward under a variant (:mod:`setllm.runtime`): fixed-row linear blocks, length checks."""
+"""One forward under a variant (:mod:`setllm.core.runtime`): fixed-row linear blocks, length checks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from setllm import runtime
+from setllm.core import runtime
 from setllm.errors import InputError
 
 
@@ -44,7 +44,7 @@ def test_lengths_past_the_context_are_refused():
 def test_every_family_setllm_calls_verified_is_in_the_tested_architectures():
     from tiny import ARCHS
 
-    from setllm import families
+    from setllm.core import families
 
     assert set(families.SUPPORTED_MODEL_TYPES) == set(ARCHS)
     assert families.default_attention("gemma2", "sdpa") == "eager"  # soft-capping: no sdpa

@@ -1,4 +1,4 @@
-"""The one scoring driver, :func:`setllm.scoring.score_requests`: a request's scores do not
+"""The one scoring driver, :func:`setllm.core.scoring.score_requests`: a request's scores do not
 depend on what else is scored with it (fixed shapes), and equal the plain unpadded ladder
 ``prefill -> score_continuations`` up to float rounding."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from tiny import tiny_model, tiny_tokenizer
 
-from setllm import SetLLM, mc_prompt, scoring
-from setllm.batch import collate
+from setllm import SetLLM, mc_prompt
+from setllm.core import scoring
+from setllm.core.batch import collate
 
 OPTIONS = ["apple", "dog", "fox", "water"]
 

@@ -1,4 +1,4 @@
-"""Packed attention (:mod:`setllm.segments`) against an independent construction: each request's
+"""Packed attention (:mod:`setllm.core.segments`) against an independent construction: each request's
 block gathered by hand, padded, and put through the attention formula written out."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-from setllm import SetLLM, mc_prompt, scoring, segments
+from setllm import SetLLM, mc_prompt
+from setllm.core import scoring, segments
 
 PAD = segments.PAD
 
@@ -67,7 +68,7 @@ def test_segment_attention_equals_each_request_by_hand(softcap):
 def test_soft_capped_and_sliding_families_score_like_the_plain_ladder(arch):
     """gemma2's soft-capped logits take the eager formula; gemma3's sliding layers take the
     windowed masks (past the window: tests/core/test_windows.py)."""
-    from setllm.batch import collate
+    from setllm.core.batch import collate
 
     lm = SetLLM(tiny_model(arch), tiny_tokenizer(), "setmask-setpe")
     options = ["apple", "dog", "fox"]

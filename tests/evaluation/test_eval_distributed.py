@@ -15,10 +15,10 @@ import pytest
 from launcher import launch
 from tiny import saved, sharp_model
 
-from setllm import rundir
 from setllm.cli import main
 from setllm.errors import InputError
 from setllm.evaluation.runner import sharded
+from setllm.io import rundir
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 # An order-sensitive model under 6 orderings a question: predictions that differ by ordering.

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import main
-from setllm.data import DataError
 from setllm.evaluation.config import EvalConfig
 from setllm.evaluation.metrics import plan_for
 from setllm.evaluation.report import (
@@ -27,6 +26,7 @@ from setllm.evaluation.report import (
 )
 from setllm.evaluation.store import PREDICTIONS_FILE, SUMMARY_FILE
 from setllm.evaluation.summary import summarize
+from setllm.io.records import DataError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 ALL = "single,random,adversarial,majority"
@@ -80,7 +80,7 @@ def test_single_mode_run_is_not_shown_as_random(tmp_path):
 
 
 def test_rows_carry_the_papers_variant_names(tmp_path):
-    from setllm.variants import VARIANTS
+    from setllm.core.variants import VARIANTS
 
     assert [v.paper_name for v in VARIANTS.values()] == [
         "Causal Mask+PE", "Causal Mask+NoPE", "Prefix Mask+NoPE", "Prefix Mask+PE", "Prefix Mask+SetPE", "SetMask+SetPE"]

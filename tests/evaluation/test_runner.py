@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from tiny import sharp_model, tiny_model, tiny_tokenizer
 
-from setllm import SetLLM, rundir
+from setllm import SetLLM
 from setllm.evaluation import EvalConfig, run_eval, runner, store
+from setllm.io import rundir
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 STABLE = ("dataset", "split", "n", "variant", "template", "accuracy", "runs_per_question", "one_run_per_question", "orderings",
@@ -191,7 +192,7 @@ def test_a_second_writer_is_refused(sharp, tok, tmp_path):
         code = f"""
 import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 from pathlib import Path
-from setllm import rundir
+from setllm.io import rundir
 try:
     with rundir.locked(Path({str(tmp_path)!r})):
         print("entered")

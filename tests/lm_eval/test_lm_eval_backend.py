@@ -17,11 +17,12 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 from tiny import tiny_model, tiny_tokenizer  # noqa: E402
 
-from setllm import SetLLM, scoring  # noqa: E402
+from setllm import SetLLM  # noqa: E402
+from setllm.core import scoring
+from setllm.core.prompt import parse_markup  # noqa: E402
 from setllm.errors import InputError  # noqa: E402
 from setllm.lm_eval import SetLLMLM  # noqa: E402
 from setllm.lm_eval.__main__ import main  # noqa: E402
-from setllm.markup import parse_markup  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "lm_eval"
@@ -210,7 +211,8 @@ def test_bad_model_args_are_one_line_errors_on_the_command_line(capsys):
     assert main(["--model", "setllm", "--model_args", "colour=red", "--tasks", "setllm_test_plain", "--include_path", str(FIXTURES)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("error: unknown --model_args key 'colour' for --model setllm; known: "
-                       "model, adapter, variant, attn, device, dtype, exact, batch_size, threads, allow_untested, allow_pickle, allow_base_mismatch, eos, markup")
+                       "model, adapter, variant, attn, device, dtype, exact, batch_size, threads, allow_untested, allow_pickle, "
+                       "allow_base_mismatch, eos, markup")
 
 
 def test_command_line_runs_lm_eval_with_setllm(model_dir, at_root, capsys):

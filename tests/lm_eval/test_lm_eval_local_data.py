@@ -15,10 +15,10 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from setllm.data import DataError, parse_record  # noqa: E402
+from setllm.core.prompt import parse_markup  # noqa: E402
+from setllm.io.records import DataError, parse_record  # noqa: E402
 from setllm.lm_eval import TASKS_DIR  # noqa: E402
 from setllm.lm_eval.local import local_config  # noqa: E402
-from setllm.markup import parse_markup  # noqa: E402
 from setllm.tasks import TASKS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,11 @@ import pytest
 from serve_helpers import running
 from server_process import serve_process
 
-from setllm import Set, generation, scoring
-from setllm.batch import collate
-from setllm.chat import chat_prompt
-from setllm.markup import parse_markup
+from setllm import Set
+from setllm.core import generation, scoring
+from setllm.core.batch import collate
+from setllm.core.chat import chat_prompt
+from setllm.core.prompt import parse_markup
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import main
-from setllm.data import DataError
+from setllm.io.records import DataError
 from setllm.tasks import TASKS, get_task, hub_rows, load_records
-from setllm.training.data import load_examples
+from setllm.training.examples import load_examples
 
 DATA = Path(__file__).parents[1] / "fixtures" / "data"
 

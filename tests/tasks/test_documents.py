@@ -7,10 +7,11 @@ import pytest
 from tiny import run_cli, sharp_model, tiny_model, tiny_tokenizer
 
 from setllm import SetLLM
-from setllm.data import DataError
 from setllm.evaluation.metrics import METRICS, QuestionResult
+from setllm.generators import documents as gen
+from setllm.io.records import DataError
 from setllm.tasks import documents as docs
-from setllm.training.data import load_examples
+from setllm.training.examples import load_examples
 
 ROW = {"id": "r", "documents": ["alpha is one", "beta is two", "gamma is three", "delta is four"], "question": "What is beta?",
        "answer": "two", "gold": 1}
@@ -22,8 +23,8 @@ def sharp():
 
 
 def test_kv_rows_are_reproducible_from_the_seed_and_follow_the_options():
-    a, b = docs.kv_retrieval(pairs=5, n=20, seed=3, key_length=8, value_length=6), docs.kv_retrieval(pairs=5, n=20, seed=3, key_length=8, value_length=6)
-    assert a == b and a != docs.kv_retrieval(pairs=5, n=20, seed=4, key_length=8, value_length=6)
+    a, b = gen.kv_retrieval(pairs=5, n=20, seed=3, key_length=8, value_length=6), gen.kv_retrieval(pairs=5, n=20, seed=3, key_length=8, value_length=6)
+    assert a == b and a != gen.kv_retrieval(pairs=5, n=20, seed=4, key_length=8, value_length=6)
     for row in a:
         record = docs.parse_row(row, "x")
         keys = [d.split('"')[1] for d in record.documents]
@@ -31,16 +32,16 @@ def test_kv_rows_are_reproducible_from_the_seed_and_follow_the_options():
         assert len(record.answer) == 6 and f'"{keys[record.gold]}": "{record.answer}"' == record.documents[record.gold]
         assert keys[record.gold] in record.question
     assert len({r["gold"] for r in a}) > 1  # the gold position varies
-    uuid_row = docs.kv_retrieval(pairs=2, n=1)[0]
+    uuid_row = gen.kv_retrieval(pairs=2, n=1)[0]
     assert len(uuid_row["answer"]) == 36 and uuid_row["answer"].count("-") == 4  # a UUID by default
 
 
 def test_qa_lookup_has_one_answering_document():
-    from setllm.data import MCRecord
+    from setllm.io.records import MCRecord
 
     records = [MCRecord(f"q{i}", f"Question number {i}?", ("x", f"answer {i % 7}"), 1) for i in range(30)]
-    rows = docs.qa_lookup(records, docs=6, n=10, seed=1)
-    assert rows == docs.qa_lookup(records, docs=6, n=10, seed=1) and len(rows) == 10
+    rows = gen.qa_lookup(records, docs=6, n=10, seed=1)
+    assert rows == gen.qa_lookup(records, docs=6, n=10, seed=1) and len(rows) == 10
     for row in rows:
         r = docs.parse_row(row, "x")
         assert len(r.documents) == 6 and r.question in r.documents[r.gold]
@@ -86,7 +87,7 @@ def _answers(lm, record):
 
 def test_moving_the_gold_document_changes_nothing_for_set_llm_and_something_for_causal(sharp):
     tok = tiny_tokenizer()
-    record = docs.parse_row(docs.kv_retrieval(pairs=5, n=1, seed=0, key_length=6, value_length=4)[0], "x")
+    record = docs.parse_row(gen.kv_retrieval(pairs=5, n=1, seed=0, key_length=6, value_length=4)[0], "x")
     texts, scores = _answers(SetLLM(sharp, tok, "setmask-setpe"), record)
     assert len(set(texts)) == 1 and len(set(scores)) == 1  # bit-identical (exact mode)
     texts, scores = _answers(SetLLM(sharp, tok, "setmask-setpe", exact=False), record)
@@ -102,7 +103,7 @@ def test_a_batch_of_answers_scores_each_gold_answer_as_the_library_does_alone(sh
     from setllm.evaluation.documents import answer_batch
 
     lm = SetLLM(sharp, tiny_tokenizer(), "causal-pe")
-    rows = [docs.parse_row(r, "x") for r in docs.kv_retrieval(pairs=4, n=3, seed=2, key_length=6, value_length=4)]
+    rows = [docs.parse_row(r, "x") for r in gen.kv_retrieval(pairs=4, n=3, seed=2, key_length=6, value_length=4)]
     items = [(r, "0", tuple(range(4))) for r in rows]
     got = answer_batch(lm, items)
     prompts = [docs.render(r, order) for r, _, order in items]
@@ -115,7 +116,7 @@ def test_a_batch_of_answers_scores_each_gold_answer_as_the_library_does_alone(sh
 
 def test_context_counts_positions_and_refuses_above_it():
     model, tok = tiny_model("llama", max_position_embeddings=256), tiny_tokenizer()
-    record = docs.parse_row(docs.kv_retrieval(pairs=12, n=1, seed=3, key_length=8, value_length=8)[0], "x")
+    record = docs.parse_row(gen.kv_retrieval(pairs=12, n=1, seed=3, key_length=8, value_length=8)[0], "x")
     prompt = docs.render(record, tuple(range(12)))
     with pytest.raises(DataError.__mro__[1], match="longer than the model's context \\(256 tokens\\)"):
         SetLLM(model, tok, "setmask-setpe").encode(prompt)  # SetPE resumes after the set at start + its tokens
@@ -147,7 +148,7 @@ def test_normalised_exact_match():
 
 def test_training_rows_move_the_gold_document_seeded(tmp_path):
     path = tmp_path / "kv.jsonl"
-    rows = docs.kv_retrieval(pairs=6, n=30, seed=2, key_length=4, value_length=4)
+    rows = gen.kv_retrieval(pairs=6, n=30, seed=2, key_length=4, value_length=4)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples, _ = load_examples([str(path)])
     again, _ = load_examples([str(path)])
@@ -166,7 +167,7 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
     tok = tiny_tokenizer()
     flex = tiny_model("llama", attn="flex_attention", max_position_embeddings=2048)
     sdpa = same_weights(flex, "sdpa")
-    record = docs.parse_row(docs.kv_retrieval(pairs=40, n=1, seed=5, key_length=8, value_length=8)[0], "x")
+    record = docs.parse_row(gen.kv_retrieval(pairs=40, n=1, seed=5, key_length=8, value_length=8)[0], "x")
     prompt = docs.render(record, tuple(range(40)))
     a, b = SetLLM(flex, tok, "setmask-setpe"), SetLLM(sdpa, tok, "setmask-setpe")
     assert len(a.encode(prompt)) > 600
@@ -180,9 +181,9 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
 
 
 def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch):
-    """Generation's prefill: scoring runs its own attention per request (setllm.segments)."""
-    import setllm.runtime as runtime
-    from setllm import load_options
+    """Generation's prefill: scoring runs its own attention per request (setllm.core.segments)."""
+    import setllm.core.runtime as runtime
+    from setllm.loading import options as load_options
 
     assert load_options.LONG_PROMPT_TOKENS == runtime.LONG_PROMPT_TOKENS  # the --help text says the real threshold
     backends = []
@@ -191,7 +192,7 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
     monkeypatch.setattr(runtime, "LONG_PROMPT_TOKENS", 100)
     auto = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe")  # attn_implementation="auto"
     sdpa = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe", attn_implementation="sdpa")
-    record = docs.parse_row(docs.kv_retrieval(pairs=5, n=1, seed=4, key_length=6, value_length=6)[0], "x")
+    record = docs.parse_row(gen.kv_retrieval(pairs=5, n=1, seed=4, key_length=6, value_length=6)[0], "x")
     long, short = docs.render(record, tuple(range(5))), docs.documents_prompt(["a b", "c d"], "Q?")
     assert len(auto.encode(long)) > 100 > len(auto.encode(short))
     auto.generate(long, max_new_tokens=3)
@@ -206,7 +207,7 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
 
 def test_decoding_renders_one_mask_row_per_step(sharp, monkeypatch):
     """After a long set prompt each decoding step renders a [B, 1, 1, K] mask, not K x K."""
-    import setllm.runtime as runtime
+    import setllm.core.runtime as runtime
 
     shapes = []
     real = runtime.render
@@ -216,7 +217,7 @@ def test_decoding_renders_one_mask_row_per_step(sharp, monkeypatch):
         return real(fn, backend, batch, q_len, kv_len, *a, **k)
 
     monkeypatch.setattr(runtime, "render", spy)
-    record = docs.parse_row(docs.kv_retrieval(pairs=20, n=1, seed=1, key_length=6, value_length=6)[0], "x")
+    record = docs.parse_row(gen.kv_retrieval(pairs=20, n=1, seed=1, key_length=6, value_length=6)[0], "x")
     lm = SetLLM(sharp, tiny_tokenizer(), "setmask-setpe")
     lm.generate(docs.render(record, tuple(range(20))), max_new_tokens=5, stop=["never"])
     n = len(lm.encode(docs.render(record, tuple(range(20)))))

@@ -1,4 +1,4 @@
-"""Multiple-choice training frames (``setllm.tasks.frames``): the frames share no word with the
+"""Multiple-choice training frames (``setllm.generators.frames``): the frames share no word with the
 held-out template, every frame asks with the options as one set, "modified" is the task's own
 training example, and the generated rows train through ``setllm train``'s loader."""
 
@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import main
+from setllm.core.templates import held_out_prompt
+from setllm.generators.frames import (
+    FRAME_NAMES,
+    FRAMES,
+    MODIFIED,
+    framed_pair,
+    mc_framed,
+)
 from setllm.tasks import TASKS, load_records
-from setllm.tasks.frames import FRAME_NAMES, FRAMES, MODIFIED, framed_pair, mc_framed
-from setllm.templates import held_out_prompt
-from setllm.training.data import load_examples
+from setllm.training.examples import load_examples
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "train"
 

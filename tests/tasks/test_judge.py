@@ -8,7 +8,7 @@ import pytest
 from tiny import sharp_model, tiny_tokenizer
 
 from setllm import SetLLM
-from setllm.data import DataError
+from setllm.io.records import DataError
 from setllm.tasks import get_task, load_records
 from setllm.tasks.judge import judge_prompt, pair_row, parse_row
 
@@ -105,7 +105,7 @@ def test_judge_evaluation_reports_swap_consistency_and_first_slot_rate(sharp, tm
 
 
 def test_judge_training_examples_from_pairs_and_user_rows(tmp_path):
-    from setllm.training.data import load_examples
+    from setllm.training.examples import load_examples
 
     examples, report = load_examples(["ultrafeedback-judge"], str(FIXTURES / "judge"))
     rows = [json.loads(line) for line in (FIXTURES / "judge" / "ultrafeedback" / "train.jsonl").read_text().splitlines()]

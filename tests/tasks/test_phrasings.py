@@ -1,4 +1,4 @@
-"""Key-value documents in many phrasings (``setllm.tasks.phrasings``): train and held-out
+"""Key-value documents in many phrasings (``setllm.generators.phrasings``): train and held-out
 phrasings apart, every phrasing and kind generated, rows valid documents rows, and a mixed
 training spec (benchmarks, UltraFeedback, judge pairs, phrased documents) loading every task."""
 
@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from setllm.data import DataError
+from setllm.generators.phrasings import (
+    HELD_OUT,
+    KEY_KINDS,
+    TRAIN,
+    VALUE_KINDS,
+    kv_phrased,
+)
+from setllm.io.records import DataError
 from setllm.tasks import documents
-from setllm.tasks.phrasings import HELD_OUT, KEY_KINDS, TRAIN, VALUE_KINDS, kv_phrased
-from setllm.training.data import load_examples
+from setllm.training.examples import load_examples
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "train"
 

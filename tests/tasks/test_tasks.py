@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from setllm.data import DataError, MCRecord
-from setllm.prompt import Set
+from setllm.core.prompt import Set
+from setllm.core.templates import response_text
+from setllm.io.records import DataError, MCRecord
 from setllm.tasks import CUSTOM, TASKS, get_task, load_records
-from setllm.templates import response_text
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "eval"
 
@@ -169,7 +169,7 @@ def test_users_own_file_works_like_a_benchmark(tmp_path):
 
 def test_export_renders_training_data_as_evaluated(tmp_path):
     from setllm.cli import main
-    from setllm.training.data import load_examples
+    from setllm.training.examples import load_examples
 
     out = tmp_path / "siqa.jsonl"
     assert main(["export", "data", "--dataset", "social_iqa", "--template", "modified", "--data-dir", str(FIXTURES), "--split", "validation",

@@ -8,12 +8,17 @@ import pytest
 import torch
 from tiny import run_cli, same_weights, tiny_model, tiny_tokenizer
 
+from setllm.core.runtime import UnsupportedModelError, check_model
+from setllm.core.variants import (
+    ATTENTION_BACKENDS,
+    attention_problem,
+    check_attention,
+    get_variant,
+)
 from setllm.errors import InputError
 from setllm.loading import load_model
-from setllm.runtime import UnsupportedModelError, check_model
 from setllm.training import TrainConfig
 from setllm.training.trainer import set_llm_loss
-from setllm.variants import ATTENTION_BACKENDS, attention_problem, check_attention, get_variant
 
 
 @pytest.mark.parametrize("name", ["flash_attention_2", "flash_attention_3"])
@@ -60,9 +65,9 @@ def test_training_loss_and_gradients_match_eager(attn):
     under the set mask. (Flex has no backward on CPU: its loss is checked, its gradients are
     CUDA's; the block mask it compiles is the one ``tests/core`` checks.)"""
     from setllm.api import SetLLM
-    from setllm.prompt import Set, as_prompt
+    from setllm.core.prompt import Set, as_prompt
     from setllm.training.collator import SetCollator, featurize
-    from setllm.training.data import Example
+    from setllm.training.examples import Example
 
     eager = tiny_model(attn="eager")
     other = same_weights(eager, attn)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import build_parser
-from setllm.cli.common import LoadOptions, config_from_args
+from setllm.cli.common import config_from_args
 from setllm.evaluation.config import EvalConfig
+from setllm.loading.options import LoadOptions
 from setllm.training import TrainConfig
 
 RECIPE = Path(__file__).parents[2] / "research" / "reproduce_gpu.sh"

@@ -8,10 +8,9 @@ import warnings
 
 import pytest
 
-from setllm.data import DataError
-from setllm.markup import parse_markup
-from setllm.prompt import Set
-from setllm.training.data import load_examples
+from setllm.core.prompt import Set, parse_markup
+from setllm.io.records import DataError
+from setllm.training.examples import load_examples
 
 
 def test_a_string_prompt_in_training_jsonl_is_markup(tmp_path):

@@ -19,19 +19,19 @@ from tiny import tiny_model, tiny_tokenizer
 from transformers import TrainerCallback
 
 from setllm.api import SetLLM
-from setllm.batch import collate
 from setllm.cli import main
-from setllm.data import DataError
+from setllm.core.batch import collate
+from setllm.core.prompt import Set, as_prompt
+from setllm.core.runtime import attention_mask
+from setllm.core.variants import VARIANTS
 from setllm.errors import InputError
+from setllm.io.records import DataError
 from setllm.loading import EMBEDDED_HUB_ID
-from setllm.prompt import Set, as_prompt
-from setllm.runtime import attention_mask
 from setllm.training import TrainConfig, train
 from setllm.training.collator import IGNORE, SetCollator, featurize
-from setllm.training.data import Example, load_examples
+from setllm.training.examples import Example, load_examples
 from setllm.training.export import export_adapter
 from setllm.training.trainer import set_llm_loss
-from setllm.variants import VARIANTS
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "train"
 USER_JSONL = str(FIXTURES / "prompt_response.jsonl")
@@ -85,7 +85,7 @@ def test_only_response_tokens_carry_loss():
 
 def lm_logits_with_eos(lm: SetLLM, ex: Example, resp: list[int]) -> torch.Tensor:
     """Inference-path logits over prompt + response ids (EOS included), one unpadded row."""
-    from setllm.runtime import forward
+    from setllm.core.runtime import forward
 
     b = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[resp])
     return forward(lm.model, lm.variant, b.input_ids, b.position_ids, b.layout).logits[0]
@@ -126,7 +126,7 @@ def test_collator_matches_inference_encoder(variant):
 
 
 def lm_logits_batch(lm, batch):
-    from setllm.runtime import forward
+    from setllm.core.runtime import forward
     from setllm.training.collator import layout_of
 
     return forward(lm.model, lm.variant, batch["input_ids"], batch["position_ids"], layout_of(batch)).logits
@@ -314,7 +314,7 @@ def test_benchmark_examples_use_the_evaluation_template():
     assert siqa.prompt.segments[0].startswith("Question: Given the context, answer correctly the question.\nContext: Cameron")
     assert siqa.response == "like attending" and siqa.prompt.sets[0].elements[0] == "like attending\n"
     record = json.loads((FIXTURES / "arc_challenge" / "train.jsonl").read_text().splitlines()[0])
-    from setllm.data import parse_record
+    from setllm.io.records import parse_record
 
     rendered = get_task("arc_challenge").modified.render(parse_record(record, "x"), tuple(range(len(record["choices"]))))
     assert arc.prompt == rendered.prompt and arc.response == record["choices"][record["label"]]
@@ -443,7 +443,7 @@ def test_a_resumed_log_has_each_step_once_and_short_runs_report_their_loss(tmp_p
 def test_out_is_checked_and_locked(tmp_path):
     import fcntl
 
-    from setllm import rundir
+    from setllm.io import rundir
 
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -455,7 +455,7 @@ def test_out_is_checked_and_locked(tmp_path):
     out.mkdir()
     with (out / rundir.LOCK_FILE).open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        code = ("import sys; from pathlib import Path; from setllm import rundir\n"
+        code = ("import sys; from pathlib import Path; from setllm.io import rundir\n"
                 f"try:\n    with rundir.locked(Path({str(out)!r})): print('entered')\nexcept Exception as e: print(e)")
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "another setllm process is writing there" in res.stdout

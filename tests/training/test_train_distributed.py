@@ -16,7 +16,7 @@ from launcher import launch
 from safetensors.torch import load_file
 from tiny import saved, tiny_model
 
-from setllm import rundir
+from setllm.io import rundir
 from setllm.training import TrainConfig, train
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "train"

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from ..errors import InputError, SetLLMError
-from ..load_options import LoadOptions, OptionError
+from ..errors import InputError, OptionError, SetLLMError
 
 EXIT_USER_ERROR = 2
 
@@ -147,7 +146,7 @@ def config_from_args(cls: type, args: argparse.Namespace):
 
 
 def load_config_file(path: str) -> dict[str, Any]:
-    from ..files import read_text
+    from ..io.files import read_text
 
     text = read_text(path, "config file")
     yaml_file = Path(path).suffix in (".yaml", ".yml")
@@ -188,7 +187,10 @@ def validate(args: argparse.Namespace) -> None:
 def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
     """A :class:`setllm.SetLLM` from the model flags (:class:`setllm.LoadOptions`); with no
     ``--adapter`` the embedded model gets the adapter shipped for ``kind`` of task."""
-    from ..api import SetLLM
+    from ..api import (
+        SetLLM,  # late, as every model import here: `setllm --help` loads no torch
+    )
+    from ..loading.options import LoadOptions
 
     return SetLLM.load(config_from_args(LoadOptions, args), kind, progress)
 
@@ -235,18 +237,20 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked, the output checked against the input and writable before the model loads
     (and no model loads when nothing is left); then every row left checked against the
-    loaded model (``fit(lm, row)`` raises :class:`setllm.data.DataError` naming a row that
+    loaded model (``fit(lm, row)`` raises :class:`setllm.io.records.DataError` naming a row that
     does not fit: an error, or skipped with ``--skip-bad``) before anything is written; then
-    batched, resumable, in input order (:mod:`setllm.jsonl_job`). ``settings``: what else an
+    batched, resumable, in input order (:mod:`setllm.io.jsonl_job`). ``settings``: what else an
     answer depends on, as this run resolved it (an answer under other settings, or by another
     model, is refused, never resumed). ``make_answer(lm, rows)`` returns the batch function."""
-    from .. import jsonl_job
+    from ..io import jsonl_job
 
     if not (args.input and args.output) or any(getattr(args, name) for name in single):
         flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
     read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, warn=False)
     jsonl_job.check_output(args.output, args.input)
+    from ..loading.options import LoadOptions
+
     by = config_from_args(LoadOptions, args).identity(kind)  # answers by another model are not resumed
     left = jsonl_job.todo(read.rows, args.output, args.overwrite, by, settings, verb)
     if left:
@@ -266,7 +270,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
 
 def _fitting(lm, rows: list[dict], fit, read, skip_bad: bool) -> list[dict]:
     """``rows`` less those ``fit`` refuses (an error, unless ``skip_bad``: then counted in ``read``)."""
-    from ..data import DataError
+    from ..io.records import DataError
 
     bad, errors = [], []
     for row in rows:
@@ -284,10 +288,10 @@ def _fitting(lm, rows: list[dict], fit, read, skip_bad: bool) -> list[dict]:
 def check_fit(lm, row: dict, asks, parts: dict) -> None:
     """Refuse a row whose prompts (``asks``: ``(prompt, responses)`` pairs, each prompt with
     its longest response) do not fit the model's context, with a
-    :class:`setllm.data.DataError` naming the row (``file:line`` and id) and, where it is too
+    :class:`setllm.io.records.DataError` naming the row (``file:line`` and id) and, where it is too
     long, the longest of its ``parts`` (name -> text, or list of texts): the one to shorten."""
-    from ..data import DataError
-    from ..prompt import PromptError
+    from ..core.prompt import PromptError
+    from ..io.records import DataError
 
     limit = lm.codec.max_tokens
     for prompt, responses in asks:
@@ -309,7 +313,7 @@ def _longest_part(lm, parts: dict) -> str:
     """Which part of a row to shorten: the one of most tokens (a list counts all its texts)."""
     def tokens(value) -> int:
         texts = [value] if isinstance(value, str) else list(value or ())
-        return sum(len(lm.codec.encoder.tokenize(t)) for t in texts if t)
+        return sum(len(lm.codec.tokenize(t)) for t in texts if t)
 
     counts = {name: tokens(value) for name, value in parts.items()}
     name = max(counts, key=counts.get)

@@ -6,7 +6,7 @@ key-value retrieval. ``setllm data kv-phrased --phrasings held-out --docs 8 --ou
 key-value facts in many phrasings (train ones, or held-out ones no training mix holds).
 ``setllm data qa-lookup --source commonsense_qa --docs 10 --out qa.jsonl``: natural-language
 statements from a benchmark. ``setllm data mc-framed --task piqa --n 2400 --out piqa.jsonl``: a benchmark's questions as training
-rows in several frames (:mod:`setllm.tasks.frames`).
+rows in several frames (:mod:`setllm.generators.frames`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from .common import RawHelpFormatter, add_command, config_from_args, plain_help
 
 
 def add_parser(sub, name: str = "data"):
-    from ..tasks.documents import KVRetrievalConfig, QALookupConfig
-    from ..tasks.frames import MCFramedConfig
-    from ..tasks.phrasings import KVPhrasedConfig
+    from ..generators.documents import KVRetrievalConfig, QALookupConfig
+    from ..generators.frames import MCFramedConfig
+    from ..generators.phrasings import KVPhrasedConfig
 
     p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
                        description=_examples(__doc__.split("\n\n")[1]), formatter_class=RawHelpFormatter)
@@ -55,22 +55,22 @@ def _examples(text: str) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    from ..tasks.documents import KVRetrievalConfig, kv_retrieval
+    from ..generators.documents import KVRetrievalConfig, kv_retrieval
 
     c = config_from_args(KVRetrievalConfig, args)
     return _write(kv_retrieval(c.pairs, c.n, c.seed, c.key_length, c.value_length), c.out)
 
 
 def cmd_phrased(args: argparse.Namespace) -> int:
-    from ..tasks.phrasings import KVPhrasedConfig, kv_phrased
+    from ..generators.phrasings import KVPhrasedConfig, kv_phrased
 
     c = config_from_args(KVPhrasedConfig, args)
     return _write(kv_phrased(c.phrasings, c.docs, c.n, c.seed), c.out)
 
 
 def cmd_qa(args: argparse.Namespace) -> int:
+    from ..generators.documents import QALookupConfig, qa_lookup
     from ..tasks import get_task, load_records
-    from ..tasks.documents import QALookupConfig, qa_lookup
 
     c = config_from_args(QALookupConfig, args)
     records, _ = load_records(get_task(c.source), c.split, c.data_dir)
@@ -78,9 +78,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
 
 
 def cmd_framed(args: argparse.Namespace) -> int:
-    from ..data import DataError
+    from ..generators.frames import MCFramedConfig, mc_framed
+    from ..io.records import DataError
     from ..tasks import TASKS, load_records
-    from ..tasks.frames import MCFramedConfig, mc_framed
 
     c = config_from_args(MCFramedConfig, args)
     if c.task not in TASKS:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import LoadOptions, add_command, config_from_args, load_setllm, warn_if_untrained
+from ..loading.options import LoadOptions
+from .common import add_command, config_from_args, load_setllm, warn_if_untrained
 
 
 def add_parser(sub, name: str):
@@ -49,7 +50,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed, cfg.skip_bad)
     import torch
 
-    from ..rundir import World
+    from ..io.rundir import World
 
     world = World.start()  # under accelerate launch / torchrun: one rank of N, each on its own GPU
     args.device = world.device(args.device, torch.cuda.is_available())

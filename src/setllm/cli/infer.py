@@ -9,8 +9,8 @@ import math
 import sys
 
 from ..errors import InputError
+from ..loading.options import LoadOptions
 from .common import (
-    LoadOptions,
     add_command,
     add_file_job_flags,
     announce,
@@ -44,7 +44,7 @@ def _choose_parser(sub):
 
 
 def _generate_parser(sub):
-    from ..generation import GenerationConfig
+    from ..core.generation import GenerationConfig
 
     p = add_command(sub, "generate", [GenerationConfig, LoadOptions], help="generate a response to a set prompt",
                     description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
@@ -67,7 +67,7 @@ def _demo_parser(sub):
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
-    from ..api import check_choices
+    from ..policy import check_choices
 
     if args.input or args.output:
         return _choose_file(args)
@@ -95,8 +95,8 @@ def cmd_choose(args: argparse.Namespace) -> int:
 def _choose_file(args: argparse.Namespace) -> int:
     def make_answer(lm, rows):
         def answer(batch):
-            from ..api import pick
-            from ..templates import mc_prompt
+            from ..core.templates import mc_prompt
+            from ..policy import pick
 
             scores = lm.score([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
             picks = [pick(s, args.normalize) for s in scores]
@@ -105,7 +105,7 @@ def _choose_file(args: argparse.Namespace) -> int:
         return answer
 
     def fit(lm, row):
-        from ..templates import mc_prompt
+        from ..core.templates import mc_prompt
 
         asks = [(mc_prompt(row["question"], row["options"], row["context"]), row["options"])]
         check_fit(lm, row, asks, {"question": row["question"], "context": row["context"], "options": row["options"]})
@@ -114,8 +114,8 @@ def _choose_file(args: argparse.Namespace) -> int:
 
 
 def _choose_row(obj: object, where: str) -> dict:
-    from ..api import check_choices
-    from ..data import DataError
+    from ..io.records import DataError
+    from ..policy import check_choices
 
     if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or "options" not in obj:
         raise DataError(f"{where}: expected {{\"question\": str, \"options\": [str, ...], \"context\"?: str}}")
@@ -130,19 +130,18 @@ def _choose_row(obj: object, where: str) -> dict:
 
 
 def read_prompt(args: argparse.Namespace):
-    from ..markup import parse_markup
-    from ..prompt import from_json
+    from ..core.prompt import from_json, parse_markup
 
     if args.prompt is not None:
         return parse_markup(args.prompt)
-    from ..files import read_text
+    from ..io.files import read_text
 
     text = read_text(args.prompt_file, "prompt file")
     return from_json(text) if args.prompt_file.endswith(".json") else parse_markup(text.rstrip("\n"))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..generation import GenerationConfig
+    from ..core.generation import GenerationConfig
 
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)
@@ -158,7 +157,7 @@ MAX_DEMO_OPTIONS = 6  # 720 orderings, each run by both models
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..api import check_choices
+    from ..policy import check_choices
 
     options = check_choices(args.options, "--options")
     if len(options) > MAX_DEMO_OPTIONS:

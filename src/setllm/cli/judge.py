@@ -13,8 +13,18 @@ import argparse
 import json
 
 from ..errors import InputError
+from ..loading.options import LoadOptions
 from ..readouts import DEFAULT_READOUT, READOUTS
-from .common import LoadOptions, add_command, add_file_job_flags, announce, check_fit, config_from_args, load_setllm, plain_help, run_file_job
+from .common import (
+    add_command,
+    add_file_job_flags,
+    announce,
+    check_fit,
+    config_from_args,
+    load_setllm,
+    plain_help,
+    run_file_job,
+)
 
 
 def add_parser(sub, name: str = "judge"):
@@ -42,7 +52,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         return _judge_file(args)
     if args.instruction is None or not args.candidates:
         raise InputError("pass INSTRUCTION and --candidates, or --input FILE.jsonl --output FILE.jsonl")
-    from ..api import check_candidates
+    from ..policy import check_candidates
 
     candidates = check_candidates(args.candidates)  # checked before the model loads
     lm = load_setllm(args, kind="judge")

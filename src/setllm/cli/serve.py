@@ -12,8 +12,9 @@ import importlib.util
 import sys
 
 from ..errors import InputError
+from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
-from .common import LoadOptions, add_command, config_from_args, load_setllm, warn_if_untrained
+from .common import add_command, config_from_args, load_setllm, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 

@@ -32,7 +32,7 @@ def add_parser(sub, name: str = "train"):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ..rundir import World
+    from ..io.rundir import World
     from ..training import TrainConfig, train
 
     cfg = config_from_args(TrainConfig, args)

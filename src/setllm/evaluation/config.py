@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..errors import InputError
 from ..readouts import READOUTS
 from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
+from ..tasks.documents import parse_positions
 from .metrics import MODES, plan_for
 from .orderings import ORDERING_CHOICES
 
@@ -64,8 +65,6 @@ class EvalConfig:
         if self.gold_positions is not None:
             if self.dataset not in DOCUMENT_TASKS:
                 raise InputError("--gold-positions is for --dataset documents")
-            from ..tasks.documents import parse_positions
-
             parse_positions(self.gold_positions)
         if self.dataset is not None:
             get_task(self.dataset)

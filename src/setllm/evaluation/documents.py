@@ -19,10 +19,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import rundir
+from ..io import rundir
 from ..tasks import documents as docs
 from . import store
 from .config import EvalConfig
+from .metrics import QuestionResult, majority_vote
 from .resources import peak_memory_mb, reset_peak_memory
 from .summary import summarize
 
@@ -108,8 +109,6 @@ def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -
 
 
 def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> dict:
-    from .metrics import QuestionResult, majority_vote
-
     keys, orders, texts, logps, secs, peaks = (list(x) for x in zip(*runs))
     predictions = [docs.normalise(t) for t in texts]
     label = docs.normalise(record.answer)

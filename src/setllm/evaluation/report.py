@@ -25,10 +25,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..data import DataError
+from ..core.variants import VARIANTS
 from ..errors import SetLLMWarning
+from ..io.records import DataError
 from ..tasks import TASKS, column
-from ..variants import VARIANTS
 from .metrics import majority_vote
 from .store import PREDICTIONS_FILE, SUMMARY_FILE
 from .summary import to_result

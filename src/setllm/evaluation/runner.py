@@ -21,17 +21,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import rundir
-from ..api import pick
-from ..data import MCRecord
+from ..core.runtime import weights_fingerprint
+from ..core.scoring import OptionScore
 from ..errors import InputError, SetLLMError
-from ..readouts import PROMPT_READOUTS
-from ..runtime import weights_fingerprint
-from ..scoring import OptionScore
+from ..io import rundir
+from ..io.records import MCRecord
+from ..policy import pick
+from ..readouts import PROMPT_READOUTS, JudgeRow, candidate_scores
 from ..tasks import JUDGE_TASKS, MCTask, Template, get_task, load_records
 from ..tasks.base import shown
 from . import store
 from .config import EvalConfig
+from .documents import run_documents
 from .metrics import PLANS, QuestionResult, majority_vote, plan_for
 from .orderings import Ordering, identity, orderings
 from .resources import peak_memory_mb, reset_peak_memory
@@ -91,8 +92,6 @@ def run_eval(lm, cfg: EvalConfig, records: Sequence[MCRecord] | None = None, met
     if records is None:
         records, source = load_records(task, cfg.split, cfg.data_dir, cfg.data_file, cfg.limit, cfg.subset_seed, cfg.skip_bad)
     if task.kind == "documents":  # generated answers by gold position: its own ladder
-        from .documents import run_documents
-
         if rundir.World.current().size > 1:  # its ladder writes from every process: not sharded yet
             raise InputError("--dataset documents runs in one process; start it without accelerate launch / torchrun")
 
@@ -237,10 +236,8 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
 
 
 def _readout_scores(lm, items: list[tuple[MCRecord, Ordering]], readout: str) -> list[list[OptionScore]]:
-    from ..readouts import JudgeRow, candidate_scores
-
     rows = [JudgeRow(r.question, tuple(c.strip() for c in shown(r, o)), r.context) for r, o in items]
-    return [[OptionScore(c, s, s, 0) for c, s in zip(row.candidates, got)] for row, got in zip(rows, candidate_scores(lm, rows, readout))]
+    return [[OptionScore(c, s, s, 0) for c, s in zip(row.candidates, got)] for row, got in zip(rows, candidate_scores(lm.score, rows, readout))]
 
 
 def _due(record: MCRecord, one_run: bool, cfg: EvalConfig, template: Template | None = None) -> list[Ordering]:

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..data import DataError
 from ..errors import InputError
+from ..io.records import DataError
 
 SETTINGS_FILE = "run.json"
 PREDICTIONS_FILE = "predictions.jsonl"

@@ -19,9 +19,11 @@ import functools
 import os
 from pathlib import Path
 
-from ..data import DataError
+from ..io.records import DataError
+from ..loading.hub import hub_problem
 from ..tasks import TASKS, load_records
 from ..tasks.base import DATA_DIR_ENV, datasets_offline
+from . import TASKS_DIR
 
 # lm-eval task -> setllm task whose local files it reads (the shipped YAMLs' names).
 SHIPPED = {f"{name}_set": name for name in TASKS}
@@ -36,8 +38,6 @@ LOCAL_KEY = "setllm_local_files"
 def is_shipped(cfg: dict) -> bool:
     """A task config loaded from the shipped YAMLs (a user's task of the same name, or one that
     includes a shipped YAML, keeps its own data)."""
-    from . import TASKS_DIR
-
     source = (cfg.get("metadata") or {}).get("config_source", "")
     return cfg.get("task") in SHIPPED and bool(source) and Path(source).resolve().parent == TASKS_DIR.resolve()
 
@@ -130,6 +130,4 @@ def install() -> None:
 def _hub_problem(path: str | None) -> str | None:
     if not path or path in LOCAL_BUILDERS or Path(path).exists():
         return None
-    from ..loading import hub_problem
-
     return hub_problem(path, "dataset")

@@ -1,7 +1,7 @@
 """The ``setllm`` model of lm-evaluation-harness: lm-eval's three request kinds answered by
 setllm's own ladder, ``encode -> prefill -> score`` and ``prefill -> generate``.
 
-A context that carries inline markup (``{{a||b||c}}``, :mod:`setllm.markup`) is read as a set
+A context that carries inline markup (``{{a||b||c}}``, :mod:`setllm.core.prompt`) is read as a set
 prompt under the variant; any other context is plain text, tokenized exactly as lm-eval's
 ``--model hf`` tokenizes it (context and continuation joined, then split), so
 ``variant=causal-pe`` reproduces ``--model hf``. Requests that share a context are scored
@@ -26,14 +26,13 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from .. import generation, scoring
 from ..api import SCORING_WINDOW, SetLLM
-from ..batch import collate
-from ..encoding import EncodedPrompt
-from ..errors import InputError, SetLLMWarning
-from ..load_options import LoadOptions, OptionError
-from ..markup import parse_markup
-from ..runtime import context_length
+from ..core import generation, scoring
+from ..core.encoding import EncodedPrompt
+from ..core.prompt import parse_markup
+from ..core.runtime import context_length
+from ..errors import InputError, OptionError, SetLLMWarning
+from ..loading.options import LoadOptions
 
 # gen_kwargs setllm's decoder understands; anything else is refused rather than ignored.
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p", "seed")
@@ -195,8 +194,8 @@ class SetLLMLM(TemplateLM):
             # on its own it would be a token of its own that running text never has.
             stripped = context.rstrip()
             continuation, context = context[len(stripped):] + continuation, stripped
-            # Each part is tokenized on its own, as setllm scores a response (setllm.codec).
-            enc, cont = self.llm.encode(parse_markup(context)), self.llm.codec.encoder.tokenize(continuation)
+            # Each part is tokenized on its own, as setllm scores a response (setllm.core.codec).
+            enc, cont = self.llm.encode(parse_markup(context)), self.llm.codec.tokenize(continuation)
         elif context == "":
             cont = self.tok_encode(continuation, add_special_tokens=False)
             ctx, cont = ([self.prefix_token_id], cont) if cont[:1] != [self.prefix_token_id] else (cont[:1], cont[1:])
@@ -226,7 +225,7 @@ class SetLLMLM(TemplateLM):
         for lo in tqdm(range(0, len(order), window), desc="setllm loglikelihood", unit="window", disable=disable_tqdm):
             chunk = order[lo : lo + window]
             requests = [scoring.ScoreRequest(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
-            for idx, row in zip(chunk, scoring.score_requests(self.llm.model, self.llm.variant, self.llm.pad_id, requests)):
+            for idx, row in zip(chunk, self.llm.score_encoded(requests)):
                 for i, score in zip(idx, row):
                     results[i] = (score.logprob, score.greedy)
         return results
@@ -244,8 +243,7 @@ class SetLLMLM(TemplateLM):
             config = self._generation_config(requests[idx[0]].args[1])
             encs = [self._encode_context(requests[i].args[0], config.max_new_tokens) for i in idx]
             for lo in range(0, len(idx), size):
-                batch = collate(encs[lo : lo + size], self.llm.variant.positions, self.llm.pad_id)
-                texts = generation.generate(self.llm.model, self.tokenizer, self.llm.variant, batch, config)
+                texts = [text for text, _ in self.llm.generate_encoded(encs[lo : lo + size], config)]
                 for i, text in zip(idx[lo : lo + size], texts):
                     out[i] = text
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)

@@ -36,7 +36,15 @@ from .convert import cache_dir, convert_gguf, converted_problem
 from .hub import hub_problem
 from .model import load_model
 from .quiet import quiet_loading
-from .sources import DEFAULT_MODEL, EMBEDDED_HUB_ID, canonical_name, embedded_gguf, embedded_model_dir, gguf_model_dir, resolve
+from .sources import (
+    DEFAULT_MODEL,
+    EMBEDDED_HUB_ID,
+    canonical_name,
+    embedded_gguf,
+    embedded_model_dir,
+    gguf_model_dir,
+    resolve,
+)
 
 __all__ = [
     "DEFAULT_MODEL", "EMBEDDED_HUB_ID", "METADATA_FILE", "AdapterInfo", "ModelLoadError", "Origin", "cache_dir", "canonical_name",

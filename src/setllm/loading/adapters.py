@@ -13,14 +13,19 @@ from pathlib import Path
 
 import torch
 
+from ..core.variants import DEFAULT_VARIANT, VARIANTS
 from ..errors import ModelLoadError, SetLLMWarning
-from ..variants import DEFAULT_VARIANT, VARIANTS
 from .checks import check_safetensors, first_problem
 from .hub import looks_local
 from .quiet import quiet_loading
 from .sources import DEFAULT_MODEL, PUBLIC_IDS, packaged_targets
 
 METADATA_FILE = "setllm.json"
+
+
+# The judge readouts a setllm.json may record (setllm.readouts defines them, and checks that
+# it defines exactly these: a record is read long before, and far below, the judge).
+READOUT_NAMES = ("likelihood", "mean", "pmi", "verdict")
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,8 @@ class AdapterInfo:
             raise ModelLoadError(f"{path}: not a valid setllm.json ({str(e).splitlines()[0]})") from None
         if info.variant is not None and info.variant not in VARIANTS:
             raise ModelLoadError(f"{path}: unknown variant {info.variant!r}")
-        from ..readouts import READOUTS  # imported late: readouts imports the tasks
-
-        if info.readout is not None and info.readout not in READOUTS:
-            raise ModelLoadError(f"{path}: unknown readout {info.readout!r} (known: {', '.join(READOUTS)})")
+        if info.readout is not None and info.readout not in READOUT_NAMES:
+            raise ModelLoadError(f"{path}: unknown readout {info.readout!r} (known: {', '.join(READOUT_NAMES)})")
         return info
 
     def write(self, adapter_dir: str | Path, **extra) -> None:

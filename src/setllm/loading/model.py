@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from ..core.families import default_attention
+from ..core.variants import check_attention
 from ..errors import ModelLoadError
-from ..families import default_attention
-from ..variants import check_attention
 from .adapters import apply_adapter, check_adapter
 from .checks import check_model_files
 from .hub import hub_access, looks_local

@@ -13,7 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from .. import __version__
 from ..errors import SetLLMError
+from . import openai
 from .config import ServeConfig
 from .errors import (
     ApiError,
@@ -30,7 +32,7 @@ from .service import Service
 
 MAX_BODY_BYTES = 1 << 20  # a request body past 1 MiB is refused before it is read
 ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
-KNOWN_PATHS = frozenset(r.path for r in router.routes)
+KNOWN_PATHS = frozenset(r.path for r in (*router.routes, *openai.router.routes))
 log = logging.getLogger("setllm.serve")
 
 
@@ -38,8 +40,6 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None) -> FastAPI:
     """The server for ``lm`` (a :class:`setllm.SetLLM`; ``judge_lm``: another one for
     ``/v1/judge``, None: ``lm``). The model thread starts and stops with the app's lifespan
     (``with TestClient(app):``, or uvicorn)."""
-    from .. import __version__
-
     service = Service(lm, config or ServeConfig(), judge_lm)
 
     @asynccontextmanager
@@ -54,6 +54,7 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None) -> FastAPI:
                   description="An order-invariant model behind HTTP: options and set elements are read as sets.")
     app.state.service = service
     app.include_router(router)
+    app.include_router(openai.router)
     _install_error_handlers(app)
     app.middleware("http")(_track)
     return app

@@ -18,6 +18,9 @@ import os
 import platform
 from pathlib import Path
 
+import torch
+
+from .. import __version__
 from ..loading.convert import cache_dir
 
 CACHE_FILE = "batch-check.json"
@@ -25,10 +28,6 @@ CACHE_FILE = "batch-check.json"
 
 def check_key(lm, max_batch_size: int) -> str:
     """A short hash of everything the check's verdict depends on."""
-    import torch
-
-    from .. import __version__
-
     config, param = lm.model.config, next(lm.model.parameters())
     shape = {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                                                     "num_attention_heads", "num_key_value_heads", "vocab_size")}

@@ -1,11 +1,11 @@
 """The model side of the server: requests become token layouts, scoring requests run
-together through :func:`setllm.scoring.score_requests`, generation runs one prompt at a time.
+together through :func:`setllm.core.scoring.score_requests`, generation runs one prompt at a time.
 
 Everything here runs on the one model thread (:mod:`.worker`): torch modules are not safe
 for concurrent forwards, and a fast tokenizer is not safe for concurrent use either.
 
 A batch never changes a request's scores, not even in the last bit: the scoring driver
-gives every forward a shape fixed by the request alone (see :mod:`setllm.scoring`), so a
+gives every forward a shape fixed by the request alone (see :mod:`setllm.core.scoring`), so a
 request computes the same kernels alone as among others, on any CPU. Requests with the
 same encoded prompt (in exact mode: every ordering of one question) share one prefill,
 and equal options one row. ``batching_is_exact`` checks the construction at start-up.
@@ -22,14 +22,15 @@ from typing import Any, Protocol
 
 import torch
 
-from .. import generation, scoring
-from ..batch import collate
-from ..encoding import NOT_IN_SET, EncodedPrompt
+from ..core import scoring
+from ..core.codec import PromptTooLong
+from ..core.encoding import NOT_IN_SET, EncodedPrompt
+from ..core.generation import GenerationConfig
+from ..core.prompt import SetPrompt
+from ..core.runtime import check_length
+from ..core.templates import mc_prompt
 from ..errors import InputError
-from ..generation import GenerationConfig
-from ..prompt import SetPrompt
-from ..runtime import check_length
-from ..templates import mc_prompt
+from ..readouts import JudgeRow, candidate_scores
 from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
 
 log = logging.getLogger("setllm.serve")
@@ -42,6 +43,17 @@ class ScoreJob:
 
     prompt: SetPrompt
     options: tuple[str, ...]
+    model: str = "main"
+
+
+@dataclass(frozen=True)
+class JudgeJob:
+    """One score per candidate of ``row`` under ``readout``, by the judge's own ask -> score
+    -> combine (:func:`setllm.readouts.candidate_scores`, the library's): all its asks are
+    scored in one forward, alone (the same bits as :meth:`setllm.SetLLM.judge`)."""
+
+    row: JudgeRow
+    readout: str
     model: str = "main"
 
 
@@ -165,7 +177,12 @@ class Engine:
             return
         job = items[live[0].index].job
         try:
-            results = self._generate(live[0], job, items[live[0].index]) if isinstance(job, GenerateJob) else self._score(live)
+            if isinstance(job, GenerateJob):
+                results = self._generate(live[0], job, items[live[0].index])
+            elif isinstance(job, JudgeJob):
+                results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
+            else:
+                results = self._score(live)
             yield from zip(live, results)
         except Exception as e:  # noqa: BLE001 - a failed forward is answered, never raised
             if len(live) == 1:
@@ -182,7 +199,9 @@ class Engine:
         return err
 
     # -- preparing: everything that can be the request's own fault --------------------------
-    def _prepare(self, index: int, job: ScoreJob | GenerateJob, limit: bool = True) -> _Prepared:
+    def _prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob, limit: bool = True) -> _Prepared:
+        if isinstance(job, JudgeJob):  # its asks are prepared as it runs (_score_asks)
+            return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         enc = self._encode(job.prompt, self.max_prompt_tokens if limit else None)
         if isinstance(job, GenerateJob):
             n = job.config.max_new_tokens if job.config else 0
@@ -199,18 +218,18 @@ class Engine:
         return _Prepared(index, enc, ids, ("score",))
 
     def _encode(self, prompt: SetPrompt | tuple[int, ...], limit: int | None) -> EncodedPrompt:
-        codec = self.lm.codec
         if isinstance(prompt, tuple):  # token ids, read as the plain text they are
             bad = [t for t in prompt if not 0 <= t < len(self.lm.tokenizer)]
             if bad or not prompt:
                 raise BadRequest(f"prompt: token id {bad[0]} is not in the vocabulary" if bad else "prompt: no tokens")
             enc = EncodedPrompt.plain(prompt)
         else:
-            enc = codec.encoder.encode(codec.prepare(prompt))  # canonical in exact mode
+            try:
+                enc = self.lm.encode(prompt)  # canonical in exact mode, checked against the context
+            except PromptTooLong as e:
+                raise TooLong(str(e)) from None
         if limit is not None and len(enc) > limit:
             raise TooLong(f"prompt is {len(enc)} tokens; this server takes at most {limit} (--max-prompt-tokens)")
-        if codec.max_tokens is not None and len(enc) >= codec.max_tokens:
-            raise TooLong(f"prompt is {len(enc)} tokens, longer than the model's context ({codec.max_tokens} tokens)")
         return enc
 
     def _check_fits(self, n_tokens: int, what: str) -> None:
@@ -225,11 +244,15 @@ class Engine:
     # -- running ------------------------------------------------------------------------------
     def _score(self, group: Sequence[_Prepared], record: bool = True) -> list[Scores]:
         """Score a group through the one scoring driver (same bits alone or together)."""
-        requests = [scoring.ScoreRequest(p.enc, p.ids) for p in group]
-        results = scoring.score_requests(self.lm.model, self.lm.variant, self.lm.pad_id, requests)
+        results = self.lm.score_encoded([scoring.ScoreRequest(p.enc, p.ids) for p in group])
         if record:
             self.on_forward(len(group))
         return [Scores(r, len(p.enc)) for p, r in zip(group, results)]
+
+    def _score_asks(self, prompts: Sequence[SetPrompt], options: Sequence[Sequence[str]]) -> list[list[scoring.OptionScore]]:
+        """A judge's asks, checked as score requests are and scored in one forward."""
+        preps = [self._prepare(i, ScoreJob(p, tuple(o))) for i, (p, o) in enumerate(zip(prompts, options))]
+        return [s.option_scores(o) for s, o in zip(self._score(preps), options)]
 
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
@@ -245,9 +268,8 @@ class Engine:
         text, finish = "", "length"
         self.on_forward(1)
         if job.config is not None:
-            batch = collate([prep.enc], lm.variant.positions, lm.pad_id)
             try:
-                text, ids = generation.generate_tokens(lm.model, lm.tokenizer, lm.variant, batch, job.config, on_token=on_token)[0]
+                text, ids = lm.generate_encoded([prep.enc], job.config, on_token=on_token)[0]
             except _Stopped as s:
                 return [s.reason]
             finish = "length" if steps >= job.config.max_new_tokens else "stop"
@@ -282,7 +304,7 @@ class Engine:
 
     def _details(self, prompt: EncodedPrompt, response: Sequence[int], top: int) -> list[TokenLogprob]:
         lm = self.lm
-        details = scoring.token_details(lm.model, lm.variant, lm.pad_id, prompt, response, top)
+        details = lm.token_details(prompt, response, top)
         return [TokenLogprob(self._piece(d.token), d.logprob, {self._piece(t): lp for t, lp in d.top} if top else None) for d in details]
 
     def _piece(self, token: int) -> str:
@@ -292,7 +314,7 @@ class Engine:
     def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
         """Whether probe questions score bit-identically alone and in groups of 2, 3 and
         ``max_batch_size`` on this machine (by construction they do: see
-        :mod:`setllm.scoring`; this guards the construction), as steps of one forward each:
+        :mod:`setllm.core.scoring`; this guards the construction), as steps of one forward each:
         the server runs them between requests, so a first request never waits for the
         whole check. Each step returns False if a batch moved a bit; all run on the model
         thread, in order."""

@@ -26,22 +26,10 @@ def _prompt_form(value: Any) -> Any:
     raise ValueError(f"must be {PROMPT_HELP}")
 
 
-def _stop_form(value: Any) -> Any:
+def stop_form(value: Any) -> Any:
     if value is None or isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
         return value
     raise ValueError("must be a string or a list of strings")
-
-
-def _completion_prompt(value: Any) -> Any:
-    """OpenAI's four prompt forms: a string, a list of strings, token ids, a list of those."""
-    def ids(v):
-        return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
-
-    if isinstance(value, str) or ids(value):
-        return value
-    if isinstance(value, list) and value and (all(isinstance(s, str) for s in value) or all(ids(v) for v in value)):
-        return value
-    raise ValueError("must be a string (setllm markup allowed), a list of strings, a list of token ids, or a list of those")
 
 
 PromptField = Annotated[Any, BeforeValidator(_prompt_form), Field(description=PROMPT_HELP)]
@@ -101,114 +89,9 @@ class GenerateResponse(BaseModel):
     text: str
 
 
-class CompletionRequest(BaseModel):
-    """OpenAI's ``POST /v1/completions``: unknown fields are ignored as OpenAI clients send
-    more than we use; fields we cannot honour are refused with a 400 (see routes)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    prompt: Annotated[Any, BeforeValidator(_completion_prompt)]
-    model: str | None = None
-    max_tokens: int | None = Field(default=16, ge=0)
-    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
-    n: int = 1
-    stop: Annotated[Any, BeforeValidator(_stop_form)] = None
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stream: bool = False
-    echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    best_of: int | None = None
-    suffix: str | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-
-
-class CompletionLogprobs(BaseModel):
-    """OpenAI's legacy ``logprobs``: per token its text, log-prob (None where not defined:
-    the first token, and inside a set prompt; see docs/serving.md), the likeliest tokens at
-    its place and its offset in the text of the tokens."""
-
-    tokens: list[str]
-    token_logprobs: list[float | None]
-    top_logprobs: list[dict[str, float] | None]
-    text_offset: list[int]
-
-
-class CompletionChoice(BaseModel):
-    text: str
-    index: int
-    logprobs: CompletionLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class CompletionResponse(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str
-
-
-class ChatRequest(BaseModel):
-    """OpenAI's ``POST /v1/chat/completions``: unknown fields are ignored (clients send more
-    than we use); fields we cannot honour are refused with a 400 naming them (see routes).
-    ``{{a||b}}`` markup in a message's content makes a set."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    messages: list[ChatMessage] = Field(min_length=1)
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
-    n: int = 1
-    stop: Annotated[Any, BeforeValidator(_stop_form)] = None
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stream: bool = False
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
-    tools: list | None = None
-    response_format: dict | None = None
-    user: str | None = None
-
-
-class ChatChoice(BaseModel):
-    index: int
-    message: ChatMessage
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"]
-
-
-class ChatResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-
-
 class ErrorResponse(BaseModel):
     error: str = Field(description="one line naming the problem")
 
+
+# The error shape of every endpoint, for the OpenAPI document.
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 422, 500, 503, 504)}

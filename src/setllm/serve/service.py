@@ -13,18 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import check_choices, pick, verdict
-from ..chat import chat_prompt
-from ..generation import GenerationConfig
+from ..core.chat import chat_prompt
+from ..core.generation import GenerationConfig
+from ..core.prompt import SetPrompt, as_prompt, parse_markup
+from ..core.templates import mc_prompt, options_of
 from ..loading import Origin
-from ..markup import parse_markup
-from ..prompt import SetPrompt, as_prompt
+from ..policy import check_choices, pick, verdict
 from ..readouts import JudgeRow, get_readout, trained_readout
-from ..templates import mc_prompt, options_of
 from . import batch_check
 from .batcher import Batcher
 from .config import ServeConfig
-from .engine import Engine, Engines, Generated, GenerateJob, ScoreJob, Scores
+from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
 from .errors import BadRequest, Unprocessable
 from .metrics import Metrics
 
@@ -144,7 +143,7 @@ class Service:
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the
-        library's choice policy, :func:`setllm.api.pick`)."""
+        library's choice policy, :func:`setllm.policy.pick`)."""
         options = self.choices(options)
         scores = await self.score(mc_prompt(question, options, context), options)
         return options, pick(scores.option_scores(options)).index, scores
@@ -155,11 +154,9 @@ class Service:
         (:mod:`setllm.readouts`; default: the judge model's, as ``setllm judge``); equal
         scores rank by candidate text, so the ranking cannot depend on their order."""
         self._check_count(candidates)
-        r = get_readout(readout or self.judge_lm.judge_readout)
         row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
-        asks = r.asks(row)
-        asked = await asyncio.gather(*(self.score(prompt, options, "judge") for prompt, options in asks))
-        scores = r.combine(row, [s.option_scores(options) for s, (_, options) in zip(asked, asks)])
+        model = "judge" if "judge" in self.engines else "main"
+        scores = await self.batcher.submit(JudgeJob(row, get_readout(readout or self.judge_lm.judge_readout).name, model))
         return verdict(scores, list(row.candidates)).ranking, scores
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
@@ -172,8 +169,8 @@ class Service:
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo))
 
     def chat(self, messages: Sequence[dict]) -> SetPrompt:
-        """Chat messages as the prompt the model reads (:func:`setllm.chat.chat_prompt`)."""
-        return chat_prompt(self.lm.tokenizer, messages, strip_bos=bool(self.lm.codec.encoder.bos))
+        """Chat messages as the prompt the model reads (:func:`setllm.core.chat.chat_prompt`)."""
+        return chat_prompt(self.lm.tokenizer, messages, strip_bos=self.lm.codec.bos)
 
     # -- input ------------------------------------------------------------------------------
     def choices(self, options: Sequence[str]) -> list[str]:

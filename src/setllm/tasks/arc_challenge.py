@@ -1,6 +1,6 @@
 """ARC-Challenge (Clark et al. 2018): grade-school science questions, 3-5 options."""
 
-from .base import CONTINUATION, OPTION_SET, HubSource, MCTask
+from .base import CONTINUATION, OPTION_SET, HubSource, MCTask, register
 
 
 def normalise(row: dict) -> dict:
@@ -8,5 +8,5 @@ def normalise(row: dict) -> dict:
     return {"id": row["id"], "question": row["question"], "choices": row["choices"]["text"], "label": labels.index(row["answerKey"])}
 
 
-TASK = MCTask("arc_challenge", "ARC", CONTINUATION, OPTION_SET, eval_split="test",
-              hub=HubSource("allenai/ai2_arc", "ARC-Challenge", normalise))
+TASK = register(MCTask("arc_challenge", "ARC", CONTINUATION, OPTION_SET, eval_split="test",
+              hub=HubSource("allenai/ai2_arc", "ARC-Challenge", normalise), position=1))

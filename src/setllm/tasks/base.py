@@ -7,10 +7,10 @@ The paper's two templates (Egressy & Stühmer 2025, Appendix D.3, Tables 7 and 9
 * ``original``: the question alone, each option scored as a continuation of
   ``Question: {question}\\nAnswer:``.
 * ``modified``: the options in the prompt as one set; the response is the option's text
-  (:func:`setllm.templates.mc_prompt`, the template the training data uses too).
+  (:func:`setllm.core.templates.mc_prompt`, the template the training data uses too).
 
 and one of ours, ``held-out``: the options as a set in other words
-(:func:`setllm.templates.held_out_prompt`), the same for every multiple-choice task and in no
+(:func:`setllm.core.templates.held_out_prompt`), the same for every multiple-choice task and in no
 training mix: a measurement of what an adapter learned beyond its template.
 
 An ordering is a tuple of dataset option indices: the option shown at position ``p`` is
@@ -25,11 +25,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..data import DataError, MCRecord, iter_jsonl, parse_record, subset
+from ..core.prompt import SetPrompt
+from ..core.templates import held_out_prompt, mc_prompt, original_prompt
 from ..errors import SetLLMWarning
-from ..prompt import SetPrompt
-from ..templates import held_out_prompt, mc_prompt, original_prompt
+from ..io.records import DataError, MCRecord, iter_jsonl, parse_record, subset
+from ..loading.hub import hub_problem
 
 Ordering = tuple[int, ...]
 TEMPLATES = ("original", "modified", "held-out")
@@ -96,6 +98,19 @@ class HubSource:
     split_names: dict[str, str] = field(default_factory=dict)  # ours -> the hub's, where they differ
 
 
+# Every task by name, as its file registers it (:func:`register`): a new benchmark is one file
+# in this package, and every surface (eval, train, export, report, lm-eval) knows it.
+REGISTRY: dict[str, Any] = {}
+
+
+def register(task):
+    """Make ``task`` known by its name (``--dataset``, ``--data``); returns it."""
+    if task.name in REGISTRY:
+        raise ValueError(f"two tasks are named {task.name!r}")
+    REGISTRY[task.name] = task
+    return task
+
+
 @dataclass(frozen=True)
 class MCTask:
     """A multiple-choice task: its name, the paper's column title, templates, source.
@@ -113,6 +128,7 @@ class MCTask:
             candidate responses); decides the summary's extra keys.
         folder: the folder under ``--data-dir`` (default: ``name``).
         parse: ``(json object, "file:line") -> record`` (None: the row is skipped, e.g. a tie).
+        position: where its column stands in tables (the paper's order; others after).
     """
 
     name: str
@@ -126,6 +142,7 @@ class MCTask:
     folder: str | None = None
     parse: Callable[[object, str], MCRecord | None] = parse_record
     held_out: Template | None = HELD_OUT
+    position: int = 99
 
     def template(self, name: str) -> Template:
         if name not in TEMPLATES:
@@ -203,8 +220,6 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
         import datasets
     except ImportError:
         raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
-    from ..loading import hub_problem
-
     # One quick try first: where the hub cannot answer, `datasets` would retry for ~25 s.
     # Then only a cached copy can serve, so the load runs offline.
     problem = hub_problem(hub.path, "dataset")

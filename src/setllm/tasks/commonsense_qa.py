@@ -1,6 +1,6 @@
 """CommonsenseQA (Talmor et al. 2019): five options per question."""
 
-from .base import CONTINUATION, OPTION_SET, HubSource, MCTask
+from .base import CONTINUATION, OPTION_SET, HubSource, MCTask, register
 
 
 def normalise(row: dict) -> dict:
@@ -9,5 +9,5 @@ def normalise(row: dict) -> dict:
 
 
 # The test labels were never released: the paper evaluates on validation.
-TASK = MCTask("commonsense_qa", "CSQA", CONTINUATION, OPTION_SET, eval_split="validation",
-              hub=HubSource("tau/commonsense_qa", None, normalise))
+TASK = register(MCTask("commonsense_qa", "CSQA", CONTINUATION, OPTION_SET, eval_split="validation",
+              hub=HubSource("tau/commonsense_qa", None, normalise), position=2))

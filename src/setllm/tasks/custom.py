@@ -1,6 +1,6 @@
 """A user's own JSONL of ``{"question", "choices", "label", "context"?}`` (``--data-file``):
 the generic templates, no hub source."""
 
-from .base import CONTINUATION, OPTION_SET, MCTask
+from .base import CONTINUATION, OPTION_SET, MCTask, register
 
-TASK = MCTask("custom", "custom", CONTINUATION, OPTION_SET, eval_split="test")
+TASK = register(MCTask("custom", "custom", CONTINUATION, OPTION_SET, eval_split="test"))

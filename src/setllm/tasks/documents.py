@@ -32,12 +32,12 @@ import random
 import re
 import string
 import unicodedata
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..data import DataError, MCRecord
-from ..prompt import Set, SetPrompt, template_prompt
+from ..core.prompt import Set, SetPrompt, template_prompt
+from ..io.records import DataError
+from .base import register
 
 NAME = "documents"
 HEAD = "Documents:\n"
@@ -177,108 +177,6 @@ def position_accuracy(rows: Sequence[dict], keys: Sequence[str]) -> dict:
     }
 
 
-# -- generators ---------------------------------------------------------------------------
-@dataclass
-class KVRetrievalConfig:
-    """``setllm data kv-retrieval``: Liu et al. (2023)'s synthetic key-value retrieval."""
-
-    pairs: int = field(default=20, metadata={"help": "key-value pairs (documents) per question", "metavar": "K"})
-    n: int = field(default=500, metadata={"help": "questions to generate", "metavar": "N"})
-    seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
-    key_length: int = field(default=32, metadata={"help": "hex digits per key (32: a UUID, written 8-4-4-4-12)", "metavar": "L"})
-    value_length: int = field(default=32, metadata={"help": "hex digits per value (32: a UUID)", "metavar": "L"})
-    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
-
-    def __post_init__(self) -> None:
-        for name, low in (("pairs", 1), ("n", 1), ("key_length", 4), ("value_length", 1)):
-            if getattr(self, name) < low:
-                raise DataError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
-        if not self.out:
-            raise DataError("no output file: pass --out FILE.jsonl")
-
-
-def random_hex(rng: random.Random, length: int) -> str:
-    """``length`` random hex digits; 32 of them written as a UUID (8-4-4-4-12)."""
-    if length == 32:
-        return str(uuid.UUID(int=rng.getrandbits(128)))
-    return format(rng.getrandbits(4 * length), f"0{length}x")
-
-
-def distinct(draw: Callable[[random.Random], str], rng: random.Random, k: int) -> list[str]:
-    """``k`` different draws, in the order drawn (repeats are drawn again)."""
-    out: list[str] = []
-    for _ in range(100 * k):  # a small space (24 words) runs out: say so instead of looping
-        if len(out) == k:
-            return out
-        if (x := draw(rng)) not in out:
-            out.append(x)
-    raise DataError(f"cannot draw {k} distinct values of this kind; use fewer documents")
-
-
-def kv_retrieval(pairs: int = 20, n: int = 500, seed: int = 0, key_length: int = 32, value_length: int = 32) -> list[dict]:
-    """``n`` rows of ``pairs`` documents ``"key": "value"``; the question names one key (drawn
-    uniformly, so the gold position is uniform too) and the answer is its value."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        keys = distinct(lambda r: random_hex(r, key_length), rng, pairs)  # the question must have one answer
-        values = [random_hex(rng, value_length) for _ in keys]
-        gold = rng.randrange(pairs)
-        rows.append({"id": f"kv{pairs}-s{seed}-{i}", "documents": [f'"{k}": "{v}"' for k, v in zip(keys, values)],
-                     "question": f'What is the value of key "{keys[gold]}"?', "answer": values[gold], "gold": gold})
-    return rows
-
-
-@dataclass
-class QALookupConfig:
-    """``setllm data qa-lookup``: natural-language documents from a benchmark (``--data-dir``,
-    ``$SETLLM_DATA_DIR`` or the hub, as ``setllm eval`` reads it)."""
-
-    source: str = field(default="commonsense_qa", metadata={"help": "benchmark whose labelled questions become documents", "metavar": "NAME"})
-    split: str = field(default="validation", metadata={"help": "its split", "metavar": "S"})
-    data_dir: str = field(default="", metadata={
-        "help": "folder of <source>/<split>.jsonl; default: $SETLLM_DATA_DIR if set, else the HF hub", "metavar": "D"})
-    docs: int = field(default=10, metadata={"help": "documents per question", "metavar": "K"})
-    n: int = field(default=500, metadata={"help": "questions to generate", "metavar": "N"})
-    seed: int = field(default=0, metadata={"help": "random seed", "metavar": "S"})
-    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
-
-    def __post_init__(self) -> None:
-        if self.docs < 2 or self.n < 1:
-            raise DataError(f"--docs must be at least 2 and --n at least 1, got {self.docs} and {self.n}")
-        if not self.out:  # the records come from --data-dir, $SETLLM_DATA_DIR or the hub, as in eval
-            raise DataError("pass --out FILE.jsonl")
-
-
-STATEMENT = 'The answer to "{question}" is: {answer}.'
-
-
-def qa_lookup(records: Sequence[MCRecord], docs: int = 10, n: int = 500, seed: int = 0) -> list[dict]:
-    """Each labelled question's answer as a statement, among ``docs - 1`` statements of other
-    questions; the question is asked again and its answer is the gold statement's answer.
-    Distractors never share the gold answer, so exactly one document answers."""
-    rng = random.Random(seed)
-    pool = [r for r in records if r.label is not None and "\n" not in r.choices[r.label]]
-    if len(pool) < docs:
-        raise DataError(f"{len(pool)} usable questions, fewer than --docs {docs}")
-    picked = rng.sample(range(len(pool)), min(n, len(pool)))
-    rows = []
-    for i in picked:
-        gold = pool[i]
-        answer = gold.choices[gold.label].strip()
-        others: list[MCRecord] = []
-        while len(others) < docs - 1:
-            r = pool[rng.randrange(len(pool))]
-            if r.id != gold.id and r not in others and normalise(r.choices[r.label]) != normalise(answer):
-                others.append(r)
-        order = [gold, *others]
-        rng.shuffle(order)
-        documents = [STATEMENT.format(question=" ".join(r.question.split()), answer=r.choices[r.label].strip()) for r in order]
-        rows.append({"id": f"{gold.id}-k{docs}-s{seed}", "documents": documents, "question": " ".join(gold.question.split()),
-                     "answer": answer, "gold": order.index(gold)})
-    return rows
-
-
 @dataclass(frozen=True)
 class DocumentsTask:
     """The task as :func:`setllm.tasks.get_task` / :func:`~setllm.tasks.load_records` read it
@@ -292,9 +190,10 @@ class DocumentsTask:
     kind: str = "documents"
     folder: str | None = None
     parse: Callable[[object, str], DocRecord] = parse_row
+    position: int = 99
 
     def check(self, record: DocRecord, where: str) -> None:  # parse_row checks everything
         return None
 
 
-TASK = DocumentsTask()
+TASK = register(DocumentsTask())

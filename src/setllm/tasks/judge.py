@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import random
 
-from ..data import DataError, MCRecord
-from ..prompt import Set, SetPrompt, template_prompt
-from .base import HubSource, MCTask, Ordering, Rendered, Template, shown
+from ..core.prompt import Set, SetPrompt, template_prompt
+from ..io.records import DataError, MCRecord
+from .base import HubSource, MCTask, Ordering, Rendered, Template, register, shown
 
 HEAD = "Instruction: {instruction}\n"
 FRAME = "Response: {candidate}\n"
@@ -141,8 +141,9 @@ def _pair_record(obj: object, where: str) -> MCRecord | None:
 
 
 # `--dataset judge --data-file F.jsonl`: a user's judge rows (ties skipped).
-TASK = MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row, held_out=JUDGE_HELD_OUT)
+TASK = register(MCTask("judge", "Judge", JUDGE, JUDGE, eval_split="test", kind="judge", parse=parse_row, held_out=JUDGE_HELD_OUT,
+                       position=11))
 # `--dataset ultrafeedback-pairs`: the held-out UltraFeedback test pairs (ties dropped).
-PAIRS = MCTask("ultrafeedback-pairs", "UltraFeedback", JUDGE, JUDGE, eval_split="test", kind="judge", folder="ultrafeedback",
+PAIRS = register(MCTask("ultrafeedback-pairs", "UltraFeedback", JUDGE, JUDGE, eval_split="test", kind="judge", folder="ultrafeedback",
                parse=_pair_record, held_out=JUDGE_HELD_OUT, hub=HubSource("HuggingFaceH4/ultrafeedback_binarized", None, normalise_hub_pair,
-                                                 {"train": "train_prefs", "test": "test_prefs"}))
+                                                 {"train": "train_prefs", "test": "test_prefs"}), position=10))

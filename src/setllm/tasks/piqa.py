@@ -1,6 +1,6 @@
 """PIQA (Bisk et al. 2020): physical commonsense, a goal and two solutions."""
 
-from .base import CONTINUATION, OPTION_SET, HubSource, MCTask
+from .base import CONTINUATION, OPTION_SET, HubSource, MCTask, register
 
 
 def normalise(row: dict) -> dict:
@@ -8,4 +8,4 @@ def normalise(row: dict) -> dict:
 
 
 # PIQA's test labels were never released: the paper evaluates on validation.
-TASK = MCTask("piqa", "PIQA", CONTINUATION, OPTION_SET, eval_split="validation", hub=HubSource("ybisk/piqa", None, normalise))
+TASK = register(MCTask("piqa", "PIQA", CONTINUATION, OPTION_SET, eval_split="validation", hub=HubSource("ybisk/piqa", None, normalise), position=0))

@@ -6,9 +6,9 @@ order-sensitive for every variant. The *modified* one drops the numbering and pu
 options in a set, scoring their text.
 """
 
-from ..data import MCRecord
-from ..prompt import Set, template_prompt
-from .base import HubSource, MCTask, Ordering, Rendered, Template, shown
+from ..core.prompt import Set, template_prompt
+from ..io.records import MCRecord
+from .base import HubSource, MCTask, Ordering, Rendered, Template, register, shown
 
 HEAD = "Question: Given the context, answer correctly the question.\nContext: {context}\nQuestion: {question}\n\nChoices:\n"
 
@@ -32,5 +32,5 @@ def normalise(row: dict) -> dict:
             "label": int(row["label"]) - 1}
 
 
-TASK = MCTask("social_iqa", "SIQA", Template(numbered, True, False), Template(as_set, True, True), eval_split="validation",
-              hub=HubSource("allenai/social_i_qa", None, normalise), needs_context=True)
+TASK = register(MCTask("social_iqa", "SIQA", Template(numbered, True, False), Template(as_set, True, True), eval_split="validation",
+              hub=HubSource("allenai/social_i_qa", None, normalise), needs_context=True, position=3))

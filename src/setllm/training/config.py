@@ -21,9 +21,14 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
+from ..core.variants import (
+    ATTENTION_BACKENDS,
+    DEFAULT_VARIANT,
+    VARIANTS,
+    check_attention,
+)
 from ..errors import InputError
-from ..load_options import THREADS_HELP
-from ..variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_attention
+from ..loading.options import THREADS_HELP
 
 OVERLONG_POLICIES = ("truncate", "skip")
 OBJECTIVES = ("sft", "preference")
@@ -46,7 +51,8 @@ class TrainConfig(TrainingArguments):
     # -- what to train --------------------------------------------------------------------
     data: str = field(default="", metadata=_help(
         "comma-separated data specs: a benchmark (arc_challenge, piqa, commonsense_qa, social_iqa), "
-        "ultrafeedback, ultrafeedback-judge, or a JSONL file of {\"prompt\": <set prompt>, \"response\": str} or of judge rows; SPEC:N takes N examples of it", metavar="SPEC[,SPEC...]"))
+        "ultrafeedback, ultrafeedback-judge, or a JSONL file of {\"prompt\": <set prompt>, \"response\": str} or of judge rows; "
+        "SPEC:N takes N examples of it", metavar="SPEC[,SPEC...]"))
     model: str | None = field(default=None, metadata=_help("base model: local path or hub id; default: the embedded SmolLM2-135M-Instruct", metavar="M"))
     variant: str = field(default=DEFAULT_VARIANT, metadata=_help("variant to train (mask + positions)", choices=list(VARIANTS)))
     chat: bool = field(default=False, metadata=_help("wrap prompts in the tokenizer's chat template (recorded in setllm.json)"))

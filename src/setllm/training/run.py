@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
-from .. import rundir
-from ..codec import Codec
+from ..core.codec import Codec
+from ..core.runtime import check_length, check_model
+from ..core.variants import get_variant
 from ..errors import InputError, SetLLMWarning
-from ..load_options import apply_threads
+from ..io import rundir
 from ..loading import (
     DEFAULT_MODEL,
     METADATA_FILE,
@@ -32,11 +33,16 @@ from ..loading import (
     make_adapter_portable,
 )
 from ..loading.adapters import read_json
-from ..runtime import check_length, check_model
-from ..variants import get_variant
-from .collator import PreferenceCollator, SetCollator, check_rankable, featurize, featurize_preferences
+from ..loading.options import apply_threads
+from .collator import (
+    PreferenceCollator,
+    SetCollator,
+    check_rankable,
+    featurize,
+    featurize_preferences,
+)
 from .config import PREFERENCE_READOUTS, TrainConfig
-from .data import load_examples
+from .examples import load_examples
 from .trainer import LOG_FILE, BarCallback, JsonlLogCallback, Preference, SetLLMTrainer
 
 TEMPLATE = "modified"  # the paper's template: options in the prompt as a set

@@ -3,7 +3,7 @@
 The Trainer supplies checkpoints, ``--resume`` (optimizer, scheduler, RNG and data order),
 gradient accumulation and multi-device runs through ``accelerate launch``; this module
 only adds the Set-LLM forward (the variant's mask and positions, via
-:func:`setllm.runtime.forward`, the function inference uses) and a response-only loss.
+:func:`setllm.core.runtime.forward`, the function inference uses) and a response-only loss.
 
 Shapes: B batch, N tokens, R response columns kept, V vocabulary.
 """
@@ -21,15 +21,15 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..runtime import forward
-from ..variants import Variant
+from ..core.runtime import forward
+from ..core.variants import Variant
 from .collator import IGNORE, layout_of
 
 LOG_FILE = "train_log.jsonl"
 
 
 class _Forwarder:
-    """What :func:`setllm.runtime.forward` needs from a model, for a DDP/FSDP-wrapped one:
+    """What :func:`setllm.core.runtime.forward` needs from a model, for a DDP/FSDP-wrapped one:
     config, device and dtype from the inner model, the call through the wrapper (which
     syncs gradients)."""
 

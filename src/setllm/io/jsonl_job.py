@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data import DataError, iter_jsonl
-from .errors import SetLLMWarning
+from ..errors import SetLLMWarning
+from .records import DataError, iter_jsonl
 
 Row = dict[str, Any]
 

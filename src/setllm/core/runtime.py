@@ -12,7 +12,7 @@ import functools
 from contextlib import contextmanager
 from functools import cache as _once
 
-from .errors import InputError
+from ..errors import InputError
 from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
 from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
@@ -68,7 +68,7 @@ def check_length(config, length: int, positions: int | None = None) -> None:
     Under SetPE the text after a set resumes at the set's start + its tokens, so the two
     counts differ only where positions stop growing with tokens: NoPE (all 0) and a prompt
     that ends inside a set. Sliding windows are no limit in the supported families: the masks
-    apply them in positions (:func:`setllm.masks.window_mask`). A model of another family
+    apply them in positions (:func:`setllm.core.masks.window_mask`). A model of another family
     (``allow_untested``) may not take a mask per layer type, so there a window still bounds
     the tokens, as it bounded every model before set-aware windows.
     """
@@ -126,7 +126,7 @@ def fixed_row_linears(model, rows: int, head_rows: int):
     """Inside, every linear layer of ``model`` (``nn.Linear``; gpt2's ``Conv1D``) multiplies
     its input as blocks of exactly ``rows`` rows, the output head as blocks of ``head_rows``
     (the last block zero-padded), so a row's result depends on the row alone, never on how
-    many rows share the forward (see :mod:`setllm.scoring`). The head gets smaller blocks
+    many rows share the forward (see :mod:`setllm.core.scoring`). The head gets smaller blocks
     because it is read for one row per prompt and is the widest layer (a 49k-word vocabulary
     times 64 rows would cost more than the row it serves). Only the model's own layers
     change, and only inside the block."""

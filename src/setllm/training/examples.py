@@ -10,7 +10,7 @@ path to a JSONL file of ``{"prompt": <set prompt>, "response": str}``, of judge 
 "answer", "gold"?}`` (:mod:`setllm.tasks.documents`, the gold document at a seeded random
 position); ``spec:N`` takes N examples of it.
 
-Bad records stop with a :class:`~setllm.data.DataError` naming file and line, or, with
+Bad records stop with a :class:`~setllm.io.records.DataError` naming file and line, or, with
 ``skip_bad``, are counted and reported; never dropped silently.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from ..data import DataError, iter_jsonl, parse_record, subset
-from ..prompt import PromptError, SetPrompt, as_prompt
+from ..core.prompt import PromptError, SetPrompt, as_prompt
+from ..io.records import DataError, iter_jsonl, parse_record, subset
 from ..tasks import TASKS, documents, get_task, hub_rows, judge, ultrafeedback
 from ..tasks.base import data_dir_or_env, local_path
 
@@ -101,7 +101,7 @@ def documents_example(obj: object, where: str) -> Example:
 
 def prompt_response_example(obj: object, where: str) -> Example | None:
     """A user record ``{"prompt": <set prompt>, "response": str}`` (the prompt in JSON form,
-    or one string read as markup, :mod:`setllm.markup`), a judge row
+    or one string read as markup, :mod:`setllm.core.prompt`), a judge row
     ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents", "question", "answer"}``."""
     if isinstance(obj, dict) and "candidates" in obj:
         return judge_example(obj, where)
@@ -121,8 +121,14 @@ def prompt_response_example(obj: object, where: str) -> Example | None:
 
 def read_examples(path: Path, parse: Callable[[object, str], Example], skip_bad: bool, skipped: list[str]) -> list[Example]:
     """Parse every line of a JSONL file; bad lines raise, or are appended to ``skipped``."""
+    return parse_all(iter_jsonl(path, errors="yield"), parse, skip_bad, skipped)
+
+
+def parse_all(rows, parse: Callable[[object, str], Example], skip_bad: bool, skipped: list[str]) -> list[Example]:
+    """``(where, object)`` rows parsed; a bad one (a :class:`DataError`, or one ``parse``
+    raises) raises, or with ``skip_bad`` is appended to ``skipped``."""
     out = []
-    for where, obj in iter_jsonl(path, errors="yield"):
+    for where, obj in rows:
         try:
             if isinstance(obj, DataError):
                 raise obj
@@ -186,14 +192,4 @@ def _from_hub(spec: str, parse, skip_bad: bool, skipped: list[str]) -> list[Exam
         rows = ultrafeedback.hub_rows()
     else:
         rows = hub_rows(judge.PAIRS if spec == ULTRAFEEDBACK_JUDGE else TASKS[spec], "train")
-    out = []
-    for i, obj in enumerate(rows):
-        try:
-            example = parse(obj, f"{spec}[{i}]")
-            if example is not None:
-                out.append(example)
-        except DataError as e:
-            if not skip_bad:
-                raise
-            skipped.append(str(e))
-    return out
+    return parse_all(((f"{spec}[{i}]", obj) for i, obj in enumerate(rows)), parse, skip_bad, skipped)

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import InputError, SetLLMWarning
+from ..errors import InputError, SetLLMWarning
 from .prompt import PromptLike, Set, SetPrompt, as_prompt
 from .variants import PositionKind
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DataError
+from ..errors import DataError
 
 BOM = b"\xef\xbb\xbf"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 from .variants import MaskKind
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

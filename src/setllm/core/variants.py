@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import InputError
+from ..errors import InputError
 
 # The attention implementations that take an arbitrary mask. On CUDA, PyTorch runs SDPA with
 # a mask on its memory-efficient kernel (its flash kernel takes none); flex_attention compiles
@@ -15,7 +15,7 @@ ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 
 # ``attn="auto"``: sdpa, but a prefill of at least this many tokens runs on flex attention,
 # whose BlockMask skips the blocks a set mask (or the causal triangle) hides. Measured end to
-# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/results.md, issue 10): at
+# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/experiments/core-speed.md): at
 # 4k tokens the two tie (16.0 vs 16.7 s) and flex's first call compiles (26 s), at 8k flex
 # is 2.4x faster (22.6 vs 55.0 s; 38.7 s with its compile): the switch sits between.
 LONG_PROMPT_TOKENS = 6144

@@ -3,7 +3,7 @@
 A :class:`SetPrompt` is the one internal form. It is built from the Python API
 (``["Question: ...", Set(["Paris", "Budapest"]), "\\nAnswer:"]``), from JSON
 (``{"prompt": ["Question: ...", {"set": ["Paris", "Budapest"]}, "\\nAnswer:"]}``, see
-:func:`from_json`) or from the inline markup (see :mod:`setllm.markup`).
+:func:`from_json`) or from the inline markup (see :func:`parse_markup`).
 
 Validation is strict and every error is a :class:`PromptError` whose message names the
 problem and where it is (``prompt[1].set[0]`` for JSON and Python, a character offset for
@@ -13,11 +13,12 @@ markup), so a CLI can print it on one line.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .errors import InputError
+from ..errors import InputError, SetLLMWarning
 
 
 class PromptError(InputError):
@@ -100,7 +101,7 @@ PromptLike = Union[SetPrompt, str, Set, Sequence[Any], dict]
 def as_prompt(obj: PromptLike, *, warn_markup: bool = True) -> SetPrompt:
     """Validate and convert any accepted prompt form into a :class:`SetPrompt`.
 
-    Accepts a ``SetPrompt``; a string (read as markup, :mod:`setllm.markup`, as on every
+    Accepts a ``SetPrompt``; a string (read as markup, :func:`parse_markup`, as on every
     surface); a sequence of strings (plain text), :class:`Set`, Python ``set``/
     ``frozenset`` (elements then sorted, since a Python set has no stable order) or
     ``{"set": [...]}``; or a JSON-style ``{"prompt": [...]}`` dict. List text that looks like
@@ -116,8 +117,6 @@ def as_prompt(obj: PromptLike, *, warn_markup: bool = True) -> SetPrompt:
     if isinstance(obj, str):
         # One rule on every surface (library, CLI, server, lm-eval): a prompt given as one
         # string is setllm markup, `{{a||b}}` making a set (plain text parses as itself).
-        from .markup import parse_markup
-
         return parse_markup(obj)
     if isinstance(obj, Set):
         obj = [obj]
@@ -150,10 +149,6 @@ def _merge_text(segments: list[Segment]) -> list[Segment]:
 def _segment(item: Any, where: str, warn_markup: bool = True) -> Segment:
     if isinstance(item, str):
         if warn_markup and "{{" in item and "}}" in item.split("{{", 1)[1]:
-            import warnings
-
-            from .errors import SetLLMWarning
-
             warnings.warn(f"{where}: text that looks like set markup ({{{{...}}}}) is read as plain text inside a list prompt; "
                           "pass the string alone to read it as markup, or write the set as a Set", SetLLMWarning, stacklevel=4)
         return item
@@ -199,3 +194,87 @@ def from_json(text: str) -> SetPrompt:
     if not isinstance(obj, (dict, list)):
         raise PromptError(f"a JSON prompt is an object {{\"prompt\": [...]}} or a list, got {type(obj).__name__}")
     return as_prompt(obj)
+
+
+# -- markup ------------------------------------------------------------------------------
+# Inline markup for set prompts, for text files and the shell.
+#
+# Inline markup for set prompts, for text files and the shell.
+#
+# Grammar (everything else is literal text)::
+#
+#     {{ a || b || c }}   a set of three elements: "a", "b", "c" (spaces inside are kept)
+#     \\n  \\t            newline, tab (handy in a shell argument)
+#     \\{  \\}  \\|  \\\\     a literal brace, bar or backslash
+#
+# Example: ``Question: Capital of France?\\nChoices:\\n{{Paris\\n||Zurich\\n}}Answer:``.
+#
+# A single ``{``, ``}`` or ``|`` is literal text; only the doubled forms are markup. Sets
+# cannot nest. Errors name the character offset (0-based) where the problem starts.
+
+_ESCAPES = {"n": "\n", "t": "\t", "{": "{", "}": "}", "|": "|", "\\": "\\"}
+
+
+def parse_markup(text: str) -> SetPrompt:
+    """Parse inline markup into a :class:`SetPrompt` (see the module docstring)."""
+    segments: list[object] = []
+    buf: list[str] = []
+    elements: list[str] | None = None  # not None while inside {{ ... }}
+    set_start = 0
+    i = 0
+    while i < len(text):
+        two = text[i : i + 2]
+        if text[i] == "\\":
+            buf.append(_escape(text, i))
+            i += 2
+            continue
+        if two == "{{":
+            if elements is not None:
+                raise PromptError(f"markup offset {i}: nested sets are not supported ('{{{{' inside a set opened at {set_start})")
+            segments.append("".join(buf))
+            buf, elements, set_start = [], [], i
+        elif two == "||":
+            if elements is None:
+                raise PromptError(f"markup offset {i}: '||' outside a set (escape it as \\|\\|)")
+            elements.append(_element(buf, i))
+            buf = []
+        elif two == "}}":
+            if elements is None:
+                raise PromptError(f"markup offset {i}: '}}}}' closes no set")
+            elements.append(_element(buf, i))
+            segments.append({"set": elements})
+            buf, elements = [], None
+        else:
+            buf.append(text[i])
+            i += 1
+            continue
+        i += 2
+    if elements is not None:
+        raise PromptError(f"markup offset {set_start}: set opened with '{{{{' is never closed")
+    segments.append("".join(buf))
+    return as_prompt(segments)
+
+
+def _escape(text: str, i: int) -> str:
+    if i + 1 >= len(text):
+        raise PromptError(f"markup offset {i}: trailing backslash")
+    ch = text[i + 1]
+    if ch not in _ESCAPES:
+        raise PromptError(f"markup offset {i}: unknown escape '\\{ch}' (known: \\n \\t \\{{ \\}} \\| \\\\)")
+    return _ESCAPES[ch]
+
+
+def _element(buf: list[str], i: int) -> str:
+    if not buf:
+        raise PromptError(f"markup offset {i}: empty set element")
+    return "".join(buf)
+
+
+def to_markup(prompt: SetPrompt) -> str:
+    """Render a prompt back to markup (``parse_markup(to_markup(p)) == p``)."""
+
+    def esc(s: str) -> str:
+        s = s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+        return s.replace("{", "\\{").replace("}", "\\}").replace("|", "\\|")
+
+    return "".join(esc(s) if isinstance(s, str) else "{{" + "||".join(map(esc, s.elements)) + "}}" for s in prompt.segments)

@@ -1,8 +1,8 @@
 """Multiple-choice questions in several training frames: one seeded generator.
 
 A choose adapter trained on the paper's template alone learns that template: on the
-held-out template (:data:`setllm.templates.HELD_OUT`) the shipped one kept about half
-its gain (docs/results.md, issue 20). :data:`FRAMES` asks the same records in other
+held-out template (:data:`setllm.core.templates.HELD_OUT`) the shipped one kept about half
+its gain (docs/experiments/training-adapters.md). :data:`FRAMES` asks the same records in other
 wordings, each with the options as one set; a mix drawn from them and the task's own
 template (:data:`MODIFIED`) is meant to teach choosing among a set rather than one template
 (measured with the shipped recipe: +1.7 points on the held-out template, -0.6 on the trained
@@ -20,10 +20,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..data import DataError, MCRecord, subset
-from ..prompt import SetPrompt
-from ..templates import Frame
-from .base import MCTask
+from ..core.prompt import SetPrompt
+from ..core.templates import Frame
+from ..io.records import DataError, MCRecord, subset
+from ..tasks.base import MCTask
+from .base import GeneratorConfig
 
 MODIFIED = "modified"  # the task's own training template (the paper's), drawn like a frame
 FRAMES: tuple[Frame, ...] = (
@@ -58,19 +59,17 @@ def mc_framed(task: MCTask, records: list[MCRecord], n: int | None = None, seed:
 
 
 @dataclass
-class MCFramedConfig:
+class MCFramedConfig(GeneratorConfig):
     """``setllm data mc-framed``: a benchmark's questions in several training frames."""
 
+    n: int = field(default=0, metadata={"help": "questions to draw (0: all)", "metavar": "N"})
     task: str = field(default="", metadata={"help": "the benchmark (its records as --data-dir holds them)", "metavar": "NAME"})
     data_dir: str = field(default="", metadata={"help": "folder with <task>/<split>.jsonl (default: $SETLLM_DATA_DIR, else the hub)", "metavar": "DIR"})
     split: str = field(default="train", metadata={"help": "the split to draw from", "metavar": "SPLIT"})
-    n: int = field(default=0, metadata={"help": "questions to draw (0: all)", "metavar": "N"})
-    seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
-    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
 
-    def __post_init__(self) -> None:
-        if self.n < 0:
-            raise DataError(f"--n must be at least 0 (0: all), got {self.n}")
+    min_n = 0
+
+    def check(self) -> None:
         if not self.task or not self.out:
             missing = [f"--{f}" for f in ("task", "out") if not getattr(self, f)]
             raise DataError(f"missing {', '.join(missing)}: e.g. --task piqa --out piqa-framed.jsonl")

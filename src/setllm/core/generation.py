@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import InputError
 from .batch import Batch, continuation_layout
-from .errors import InputError
 from .runtime import forward
 from .scoring import prefill
 from .variants import Variant
@@ -109,7 +109,7 @@ def _decode(model, tokenizer, variant: Variant, batch: Batch, config: Generation
 @torch.no_grad()
 def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache, logprobs, config: GenerationConfig,
                          on_token=None) -> list[list[int]]:
-    """Every row's sampled tokens after :func:`setllm.scoring.prefill` gave ``cache`` and the
+    """Every row's sampled tokens after :func:`setllm.core.scoring.prefill` gave ``cache`` and the
     next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
     cache is consumed (it grows). :func:`texts` turns the tokens into text."""
     stop_ids = _eos_ids(model, tokenizer)

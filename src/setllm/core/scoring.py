@@ -14,8 +14,8 @@ differences when rows move). So:
 - the tokens of all prompts of a forward (then of all option rows) are packed into one row
   of real tokens, and every linear layer multiplies it as blocks of exactly ``MATMUL_ROWS``
   rows (the output head ``HEAD_ROWS``; the last block zero-padded,
-  :func:`setllm.runtime.fixed_row_linears`), whatever the batch;
-- attention, the one place tokens meet, runs per request (:mod:`setllm.segments`) on a block
+  :func:`setllm.core.runtime.fixed_row_linears`), whatever the batch;
+- attention, the one place tokens meet, runs per request (:mod:`setllm.core.segments`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens, each option right-padded to a multiple of ``OPTION_BUCKET``.
 
@@ -36,12 +36,20 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import InputError
 from . import segments
 from .batch import Batch, collate, continuation_layout, response_steps
 from .encoding import EncodedPrompt
-from .errors import InputError
 from .masks import render_bool, variant_mask
-from .runtime import cache_kwarg, check_length, fixed_row_linears, forward, new_cache, output_cache, sliding_window
+from .runtime import (
+    cache_kwarg,
+    check_length,
+    fixed_row_linears,
+    forward,
+    new_cache,
+    output_cache,
+    sliding_window,
+)
 from .variants import Variant
 
 
@@ -265,7 +273,8 @@ def prefill(model, variant: Variant, batch: Batch):
 
 
 @torch.no_grad()
-def score_continuations(model, variant: Variant, batch: Batch, cache, next_logprobs, options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
+def score_continuations(model, variant: Variant, batch: Batch, cache, next_logprobs,
+                        options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
     """Sum log-prob and length of each option's token ids, ``options[b]`` for prompt ``b``.
 
     The cache is consumed (gathered in place).

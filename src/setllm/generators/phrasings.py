@@ -19,7 +19,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..data import DataError
+from ..io.records import DataError
+from .base import GeneratorConfig, at_least
 from .documents import distinct, random_hex
 
 
@@ -92,18 +93,13 @@ def kv_phrased(phrasings: str = "train", docs: int = 8, n: int = 300, seed: int 
 
 
 @dataclass
-class KVPhrasedConfig:
+class KVPhrasedConfig(GeneratorConfig):
     """``setllm data kv-phrased``: key-value documents in many phrasings (train or held-out)."""
 
+    n: int = field(default=300, metadata={"help": "questions to generate", "metavar": "N"})
     phrasings: str = field(default="train", metadata={"help": "which phrasings: train (for training mixes) or held-out (never trained on)",
                                                         "choices": list(PHRASINGS)})
     docs: int = field(default=8, metadata={"help": "documents (facts) per question", "metavar": "K"})
-    n: int = field(default=300, metadata={"help": "questions to generate", "metavar": "N"})
-    seed: int = field(default=0, metadata={"help": "random seed (same seed, same file)", "metavar": "S"})
-    out: str = field(default="", metadata={"help": "output JSONL file (required)", "metavar": "FILE"})
 
-    def __post_init__(self) -> None:
-        if self.docs < 2 or self.n < 1:
-            raise DataError(f"--docs must be at least 2 and --n at least 1, got {self.docs} and {self.n}")
-        if not self.out:
-            raise DataError("no output file: pass --out FILE.jsonl")
+    def check(self) -> None:
+        at_least(docs=(self.docs, 2))

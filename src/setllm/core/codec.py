@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import InputError
 from .encoding import EncodedPrompt, PromptEncoder
-from .errors import InputError
 from .prompt import PromptError, PromptLike, Set, SetPrompt, as_prompt
 from .runtime import context_length
 from .templates import response_text
 from .variants import Variant
+
+
+class PromptTooLong(PromptError):
+    """A prompt whose positions run past the model's context (the server answers 413)."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,22 @@ class Codec:
 
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
         """Tokenize a prompt (see :meth:`prepare`) and check it fits the model: its positions,
-        with one left for the response (see :func:`setllm.runtime.check_length`)."""
+        with one left for the response (see :func:`setllm.core.runtime.check_length`)."""
         enc = self.encoder.encode(self.prepare(prompt))
         end = enc.positions(self.variant.positions)[1]
         if self.max_tokens is not None and end >= self.max_tokens:
             at = "" if end == len(enc) else f" at positions up to {end - 1}"
-            raise PromptError(f"prompt is {len(enc)} tokens{at}, longer than the model's context ({self.max_tokens} tokens)")
+            raise PromptTooLong(f"prompt is {len(enc)} tokens{at}, longer than the model's context ({self.max_tokens} tokens)")
         return enc
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of plain text tokenized on its own, as every segment and response is."""
+        return self.encoder.tokenize(text)
+
+    @property
+    def bos(self) -> bool:
+        """Whether the tokenizer starts a prompt with BOS (a chat template writes its own)."""
+        return bool(self.encoder.bos)
 
     def response_ids(self, prompt: PromptLike, text: str, eos: bool = True) -> list[int]:
         """Token ids of ``text`` as the response to ``prompt``, then EOS if ``eos``.
