@@ -107,16 +107,39 @@ def test_a_judge_copy_that_fails_to_load_fails_its_requests_only(lm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, {-signal.SIGTERM}), (signal.SIGINT, {130, -signal.SIGINT})])
 def test_a_signal_while_the_model_loads_ends_the_process_at_once(sig, status, tmp_path):
     """The embedded model takes seconds to load: a signal then ends the process as it
-    would any program (SIGTERM: killed by it; Ctrl-C: exit 130), within seconds."""
+    would any program, within seconds: SIGTERM kills it (143 in a shell); Ctrl-C exits 130
+    (while torch is being imported the interpreter may end by the signal itself: also 130
+    in a shell)."""
     proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0"], stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    time.sleep(2.5)  # past the imports, into the model's loading (it listens after ~6 s here)
     assert proc.poll() is None
     sent = time.monotonic()
     proc.send_signal(sig)
     proc.wait(timeout=30)
     said = proc.stderr.read()
-    assert time.monotonic() - sent < 5 and proc.returncode == status, said
+    assert time.monotonic() - sent < 5 and proc.returncode in status, said
     assert "listening" not in said  # the signal came during start-up
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_check_runs_drains_and_exits_cleanly():
+    """A first start on a machine checks batching in the background (the embedded model: each
+    step takes a while); a SIGTERM then waits for the step on the model thread (a process that
+    exits inside a forward aborts) and exits 0 within seconds."""
+    from setllm.loading.convert import cache_dir
+    from setllm.serve.batch_check import CACHE_FILE
+
+    (cache_dir() / CACHE_FILE).unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0"], stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "batching identical requests only, until" in line:  # listening, the check not done
+            break
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    proc.wait(timeout=30)
+    assert time.monotonic() - sent < 5 and proc.returncode == 0, rest
+    assert rest.rstrip().endswith("setllm serve: stopped")

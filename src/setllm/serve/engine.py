@@ -34,6 +34,7 @@ from ..readouts import JudgeRow, candidate_scores
 from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
 
 log = logging.getLogger("setllm.serve")
+PROBES = 8  # questions of the batching check
 
 
 @dataclass(frozen=True)
@@ -320,11 +321,15 @@ class Engine:
         thread, in order."""
         if max_batch_size < 2:
             return []
-        probe: dict[str, Any] = {}
+        probe: dict[str, Any] = {"alone": []}
 
-        def alone() -> bool:  # the probes one at a time: the reference bits
+        def prepare() -> bool:
             probe["preps"] = self._probe()
-            probe["alone"] = [self._score([p], record=False)[0].logprobs for p in probe["preps"]]
+            return True
+
+        def alone(i: int) -> bool:  # the probes one at a time: the reference bits
+            if i < len(probe["preps"]):
+                probe["alone"].append(self._score([probe["preps"][i]], record=False)[0].logprobs)
             return True
 
         def batched(size: int) -> bool:
@@ -335,14 +340,14 @@ class Engine:
             return all(g.logprobs == ref[i % len(preps)] for i, g in enumerate(self._score(picked, record=False)))
 
         sizes = sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1)))
-        return [alone, *(functools.partial(batched, size) for size in sizes)]
+        return [prepare, *(functools.partial(alone, i) for i in range(PROBES)), *(functools.partial(batched, size) for size in sizes)]
 
     def _probe(self) -> list[_Prepared]:
         """Questions of several lengths, on both sides of a length bucket's edge, with the
         options in every rotation; none where the model's context is too short for them."""
         options = ["apple", "dog", "fox", "water"]
         jobs = [ScoreJob(mc_prompt("Which of these is a fruit?" + " Answer with one word." * i, options[i % 4:] + options[:i % 4]), tuple(options))
-                for i in range(8)]
+                for i in range(PROBES)]
         by_key: dict[Any, list[_Prepared]] = {}
         try:
             for i, job in enumerate(jobs):

@@ -60,6 +60,7 @@ class Service:
         self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
         self.draining = False
         self._check_task: asyncio.Task | None = None
+        self._checking = 0  # steps of the batching check on the model thread now
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
 
     def _engines(self) -> Engines:
@@ -97,10 +98,10 @@ class Service:
     async def _check_batching(self, key: str) -> None:
         exact = True
         try:
-            for step in await self.batcher.call(self.engines.batching_check, self.config.max_batch_size):
-                if self.draining or self.batcher.stopped:  # a stop never waits for the check
+            for step in await self._check_step(self.engines.batching_check, self.config.max_batch_size):
+                if self.draining or self.batcher.stopped:  # a stop waits for one step of the check, never for all of it
                     return
-                if not await self.batcher.call(step):
+                if not await self._check_step(step):
                     exact = False
                     break
         except Exception as e:  # a failed check leaves batching to identical requests: safe, and said
@@ -108,6 +109,15 @@ class Service:
             return
         batch_check.remember(key, exact)
         self._batching_verdict(exact)
+
+    async def _check_step(self, fn, *args):
+        """One step of the check on the model thread, counted as work: a stop waits for it
+        (the process must not exit while the model thread is inside a forward)."""
+        self._checking += 1
+        try:
+            return await self.batcher.call(fn, *args)
+        finally:
+            self._checking -= 1
 
     def _batching_verdict(self, exact: bool) -> None:
         self.engines.identical_only(not exact)
@@ -134,7 +144,7 @@ class Service:
         self.draining = True
 
     def idle(self) -> bool:
-        return self.in_flight == 0 and self.batcher.idle()
+        return self.in_flight == 0 and self._checking == 0 and self.batcher.idle()
 
     # -- work -------------------------------------------------------------------------------
     async def score(self, prompt: SetPrompt, options: Sequence[str], model: str = "main") -> Scores:
