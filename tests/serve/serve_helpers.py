@@ -52,7 +52,7 @@ def concurrently(app, requests: list[tuple[str, dict]], before=None) -> list[htt
 
 
 @contextlib.contextmanager
-def running(lm, **config):
+def running(lm, settle: bool = True, **config):
     """The real uvicorn server of `setllm serve` on a loopback port, in a thread; the test
     stops it as a signal would (``handle_exit``)."""
     from setllm.serve import ServeConfig, create_app
@@ -60,11 +60,14 @@ def running(lm, **config):
 
     cfg = ServeConfig(port=0, **config)
     sock = open_socket("127.0.0.1", 0)
-    server = make_server(create_app(lm, cfg), cfg, sock)
+    app = create_app(lm, cfg)
+    server = make_server(app, cfg, sock)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    while settle and app.state.service.checking and time.monotonic() < deadline:  # batching as checked, not as while checking
         time.sleep(0.02)
     try:
         yield server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -66,7 +66,7 @@ def test_the_check_key_changes_with_what_decides_the_kernels(lm, wide_lm):
 
 
 def test_a_stop_during_the_check_does_not_wait_for_it(lm, batch_check_cache):
-    with slow_forwards(lm, 0.3), running(lm) as (server, thread, url):  # the check: 4 steps of >= 0.3 s each
+    with slow_forwards(lm, 0.3), running(lm, settle=False) as (server, thread, url):  # the check: 4 steps of >= 0.3 s each
         time.sleep(0.1)
         stopped = time.monotonic()
         server.handle_exit(signal.SIGTERM, None)

@@ -129,6 +129,11 @@ class Service:
                          "ordering of one question) share a forward")
         log.warning("setllm serve: batching %s", self.batching)
 
+    @property
+    def checking(self) -> bool:
+        """Whether the batching check still runs in the background."""
+        return self._check_task is not None and not self._check_task.done()
+
     async def settled(self) -> None:
         """Wait until the batching check (if one runs in the background) has its verdict."""
         if self._check_task is not None:
