@@ -254,10 +254,7 @@ def check_shape(name: str, run: Run, tokenizer, lengths: list[int] | None) -> di
             if value is not None:
                 result[part] = value
     result["seconds"] = round(time.monotonic() - started, 1)
-    del model
-    if run.device.type == "cuda":
-        torch.cuda.empty_cache()
-    return result
+    return result  # the model goes with this frame: the next shape gets its memory
 
 
 def table(report: dict) -> str:
@@ -308,6 +305,8 @@ def main(argv=None) -> int:
     for i, name in enumerate(shapes):
         if run.left(name):
             run.report["shapes"][name] = check_shape(name, run, tokenizer, lengths if i == 0 else None)
+            if run.device.type == "cuda":
+                torch.cuda.empty_cache()
             print(f"{name}: done at {time.monotonic() - run.start:.0f} s", file=sys.stderr, flush=True)
     run.report["seconds"] = round(time.monotonic() - run.start, 1)
     with open(args.out, "w") as f:
