@@ -28,9 +28,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 
 import torch
+
+from setllm.core.runtime import attention_implementation
 
 # name -> (model_type, config): the published shapes (Llama 3.2 1B/3B, Llama 3.1 8B, Gemma 2 2B, Gemma 3 1B).
 SHAPES = {
@@ -134,16 +135,6 @@ def dense(model_type: str) -> str:
     return default_attention(model_type, "sdpa")
 
 
-@contextmanager
-def attention(model, name: str):
-    before = model.config._attn_implementation
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
 def invariance(model, tokenizer) -> dict:
     """Every ordering of the options, exact mode, through sdpa and flex attention: are the
     logits of a full forward and 8 generated tokens the same bits in every ordering?"""
@@ -152,7 +143,7 @@ def invariance(model, tokenizer) -> dict:
     out = {}
     orders = list(itertools.permutations(OPTIONS))[:6]
     for attn in (dense(model.config.model_type), "flex_attention"):
-        with attention(model, attn):
+        with attention_implementation(model, attn):
             lm = SetLLM(model, tokenizer, "setmask-setpe")
             logits = [lm.logits(mc_prompt(QUESTION, list(o)), response="apple") for o in orders]
             texts = [lm.generate(mc_prompt(QUESTION, list(o)), max_new_tokens=8) for o in orders]
@@ -226,7 +217,7 @@ def long_prompt(model, tokenizer, lengths: list[int], run: Run) -> dict:
         row = {}
         for attn in ("flex_attention", dense(model.config.model_type)):
             try:
-                with attention(model, attn):
+                with attention_implementation(model, attn):
                     lm = SetLLM(model, tokenizer, "setmask-setpe")
                     row[attn] = run.timed(lambda: lm.logits(prompt))
             except (RuntimeError, torch.OutOfMemoryError) as e:  # a dense mask of 32k x 32k may not fit

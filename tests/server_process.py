@@ -4,13 +4,25 @@ over HTTP (process tests, real clients, the docs' console examples)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 START_TIMEOUT_S = 180
+
+
+def _wait_for_batching_verdict(url: str, deadline: float) -> None:
+    """Until the server's batching check (run in the background on a first start) has its
+    verdict: tests see the server as it serves once started, not while it checks."""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "/health", timeout=10) as r:
+            if "until" not in json.load(r)["batching"]:
+                return
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -29,7 +41,9 @@ def serve_process(*flags: str, cwd=None):
             lines.append(line)
         port = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(loopback only", "".join(lines))
         assert port, "".join(lines)
-        yield proc, f"http://127.0.0.1:{port.group(1)}"
+        url = f"http://127.0.0.1:{port.group(1)}"
+        _wait_for_batching_verdict(url, deadline)
+        yield proc, url
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "api": ["SetLLM", "default_adapter"],
     "policy": ["Choice", "Verdict", "pick"],
-    "core.encoding": ["EncodedPrompt", "PromptEncoder", "setpe_positions"],
+    "core.encoding": ["EncodedPrompt", "PromptEncoder", "sbp_positions", "setpe_positions"],
     "core.generation": ["GenerationConfig"],
     "core.prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json", "parse_markup", "to_markup"],
     "core.runtime": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],

@@ -47,7 +47,7 @@ class ReadOptions:
         variant: one of :data:`setllm.VARIANTS` (mask + positions).
         exact: sort set elements before encoding so outputs are bit-identical under any
             permutation. None: on for the order-invariant variants; it is never applied to
-            order-sensitive ones (there the order *is* the input).
+            order-sensitive ones (there the order *is* the input), and always to ``canonical``.
         chat: wrap prompts in the tokenizer's chat template.
         eos: score an option as its text + EOS, as the paper does and as training teaches
             (False: the text alone, lm-eval's convention for plain continuations).
@@ -64,7 +64,7 @@ class ReadOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "variant", get_variant(self.variant))
-        if self.exact is None:
+        if self.exact is None or self.variant.canonical:  # a canonical variant always sorts
             object.__setattr__(self, "exact", self.variant.invariant)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")

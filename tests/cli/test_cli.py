@@ -39,6 +39,17 @@ def test_choose_is_order_invariant_from_the_cli(model_dir, capsys):
     assert a["answer"] == b["answer"] and a["scores"] == b["scores"]  # exact mode: bit-identical
 
 
+@pytest.mark.parametrize("variant", ["sbp", "canonical"])
+def test_training_free_variants_from_the_cli(model_dir, capsys, variant):
+    code, out, err = cli(capsys, "choose", "q?", "--options", "apple", "seven dog", "fox", "--model", model_dir, "--variant", variant, "--json")
+    assert code == 0
+    a = json.loads(out)
+    assert a["variant"] == variant and a["adapter"] is None
+    assert f"adapter none, variant {variant}" in err and "untrained Set-LLM" not in err  # the base model as it is, by design
+    b = json.loads(cli(capsys, "choose", "q?", "--options", "fox", "apple", "seven dog", "--model", model_dir, "--variant", variant, "--json")[1])
+    assert a["answer"] == b["answer"] and a["scores"] == b["scores"]  # exact mode: bit-identical
+
+
 def test_generate_json_file_and_markup(model_dir, capsys, tmp_path):
     f = tmp_path / "p.json"
     f.write_text(json.dumps({"prompt": ["Pick one:\n", {"set": ["apple\n", "dog\n"]}, "Answer:"]}))

@@ -120,6 +120,14 @@ def test_config_file_takes_every_option_name_including_model_ones(model_dir, tmp
     assert capsys.readouterr().err.strip().startswith("error: argument --limit: invalid int value: 'many'")
 
 
+def test_eval_under_sbp_reads_the_model_without_an_adapter_or_a_warning(model_dir, tmp_path, capsys):
+    args = [a for a in eval_args(model_dir, tmp_path / "sbp", "--variant", "sbp", "--limit", "2", "--modes", "single") if a not in ("--adapter", "none")]
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "sbp" / "summary.json").read_text())
+    assert (summary["variant"], summary["adapter"], summary["one_run_per_question"]) == ("sbp", None, True)
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+
+
 def test_a_model_with_no_adapter_is_said_to_read_untrained_set_llm(model_dir, tmp_path, capsys):
     args = [a for a in eval_args(model_dir, tmp_path / "auto", "--limit", "1", "--modes", "single") if a not in ("--adapter", "none")]
     assert main(args) == 0

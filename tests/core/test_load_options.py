@@ -73,6 +73,18 @@ def test_none_is_no_adapter_and_auto_depends_on_the_task():
     assert LoadOptions(model="elsewhere").adapter_path() is None  # the shipped adapters fit the embedded model only
 
 
+@pytest.mark.parametrize("variant", ["sbp", "canonical"])
+@pytest.mark.parametrize("kind", ["choose", "judge"])
+def test_auto_loads_no_adapter_under_a_training_free_variant(variant, kind, tmp_path):
+    from setllm.api import default_adapter
+
+    assert default_adapter(kind) is not None  # the embedded model has one, read under setmask-setpe
+    assert LoadOptions(variant="setmask-setpe").adapter_path(kind) == default_adapter(kind)
+    assert LoadOptions(variant=variant).adapter_path(kind) is None  # the base model as it is
+    assert LoadOptions(variant=variant).sources(kind)[1] is None
+    assert LoadOptions(variant=variant, adapter=str(tmp_path)).adapter_path(kind) == str(tmp_path)  # one trained under it can be named
+
+
 @pytest.fixture
 def restore_threads():
     import torch

@@ -6,7 +6,7 @@ Example: ``Q {a1 a2, b1} A`` then a one-token response ``R`` (one token per lett
 import pytest
 import torch
 
-from setllm.core.encoding import EncodedPrompt, setpe_positions
+from setllm.core.encoding import EncodedPrompt, sbp_positions, setpe_positions
 from setllm.core.masks import TokenLayout, render, render_block_mask, variant_mask
 
 LAYOUT = TokenLayout(
@@ -26,6 +26,12 @@ EXPECTED = {
                 [1, 1, 1, 1, 1, 1]],  # R: whole prompt + itself
     "prefix": [[1, 1, 1, 1, 1, 0]] * 5 + [[1, 1, 1, 1, 1, 1]],
     "causal": [[1 if k <= q else 0 for k in range(6)] for q in range(6)],
+    "sbp": [[1, 0, 0, 0, 0, 0],  # Q
+            [1, 1, 0, 0, 0, 0],  # a1
+            [1, 1, 1, 0, 0, 0],  # a2
+            [1, 0, 0, 1, 0, 0],  # b1: causal, but does not see a1 a2
+            [1, 1, 1, 1, 1, 0],  # A: every element
+            [1, 1, 1, 1, 1, 1]],  # R: whole prompt + itself
 }
 
 
@@ -33,20 +39,20 @@ def literal(kind):
     return torch.tensor(EXPECTED[kind], dtype=torch.bool).view(1, 1, 6, 6)
 
 
-@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
 def test_sdpa_bool_mask(kind):
     got = render(variant_mask(kind, LAYOUT), "sdpa", 1, 6, 6)
     assert got.dtype == torch.bool and torch.equal(got, literal(kind))
 
 
-@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
 def test_eager_additive_mask(kind):
     got = render(variant_mask(kind, LAYOUT), "eager", 1, 6, 6, dtype=torch.float32)
     expected = torch.where(literal(kind), 0.0, torch.finfo(torch.float32).min)
     assert got.dtype == torch.float32 and torch.equal(got, expected)
 
 
-@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask"])
+@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
 def test_flex_block_mask_predicate(kind):
     block = render(variant_mask(kind, LAYOUT), "flex_attention", 1, 6, 6)
     q, kv = torch.meshgrid(torch.arange(6), torch.arange(6), indexing="ij")
@@ -109,6 +115,24 @@ def test_positions_literal():
     assert enc.positions("nope") == ([0, 0, 0, 0, 0], 0)
     # a1 a2 start at 1, b1 starts at 1 too; A resumes at 1 + 3 set tokens = 4.
     assert enc.positions("setpe") == ([0, 1, 2, 1, 4], 5)
+    # SBP: the same starts, but A resumes at 1 + the longest element (2 tokens) = 3.
+    assert enc.positions("sbp") == ([0, 1, 2, 1, 3], 4)
+
+
+def test_sbp_positions_resume_after_the_longest_element():
+    # "Q" {x1, y1 y2 y3, z1 z2} "A" {u1 u2, v1} "B": the first set starts at 1 and spans 3 (A at
+    # 4), the second starts at 5 and spans 2; B at 7, the response at 8.
+    sets = [-1, 0, 0, 0, 0, 0, 0, -1, 1, 1, 1, -1]
+    elems = [-1, 0, 1, 1, 1, 2, 2, -1, 0, 0, 1, -1]
+    assert sbp_positions(sets, elems) == ([0, 1, 1, 2, 3, 1, 2, 4, 5, 6, 5, 7], 8)
+    # Where SetPE would resume after all 6 + 3 set tokens.
+    assert setpe_positions(sets, elems) == ([0, 1, 1, 2, 3, 1, 2, 7, 8, 9, 8, 11], 12)
+    # The longest element decides, wherever it stands; two adjacent sets; a set at the end.
+    assert sbp_positions([0, 0, 0, 1, 1, 1], [0, 1, 1, 0, 0, 1]) == ([0, 0, 1, 2, 3, 2], 4)
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):  # element lengths 1, 3, 2 in any order: the same end
+        lengths = [[1, 3, 2][i] for i in order]
+        elems = [j for j, n in enumerate(lengths) for _ in range(n)]
+        assert sbp_positions([0] * 6 + [-1], elems + [-1])[0][-1] == 3
 
 
 def test_setpe_two_adjacent_sets_and_set_at_end():

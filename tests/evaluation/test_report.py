@@ -83,7 +83,8 @@ def test_rows_carry_the_papers_variant_names(tmp_path):
     from setllm.core.variants import VARIANTS
 
     assert [v.paper_name for v in VARIANTS.values()] == [
-        "Causal Mask+PE", "Causal Mask+NoPE", "Prefix Mask+NoPE", "Prefix Mask+PE", "Prefix Mask+SetPE", "SetMask+SetPE"]
+        "Causal Mask+PE", "Causal Mask+NoPE", "Prefix Mask+NoPE", "Prefix Mask+PE", "Prefix Mask+SetPE", "SetMask+SetPE", "SBP",
+        "Canonical Order"]
     run = load_run(make_run(tmp_path / "unknown", modes="single"))
     run.summary["variant"] = "from-a-later-version"  # a name this version does not know: shown as written
     assert run.base_name == "from-a-later-version"

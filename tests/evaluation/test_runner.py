@@ -73,6 +73,17 @@ def test_invariant_variant_adversarial_equals_random(sharp, tok, tmp_path):
     assert only_single["invariance_runs"] == 6 * 23  # verification runs every ordering whatever the modes
 
 
+@pytest.mark.parametrize("variant", ["sbp", "canonical"])
+def test_training_free_invariant_readings_verify_invariant(sharp, tok, tmp_path, variant):
+    one = evaluate(sharp, tok, variant, tmp_path / "one")
+    assert one["one_run_per_question"] and one["variant"] == variant and one["invariant"]
+    verified = evaluate(sharp, tok, variant, tmp_path / "verified", verify_invariance=True)
+    assert verified["invariance_flips"] == 0 and verified["invariance_runs"] == 6 * 23
+    assert verified["accuracy"] == one["accuracy"]
+    if variant == "canonical":  # sorted whatever the ordering: the same computation, bit for bit
+        assert verified["max_logprob_diff"] == 0
+
+
 def test_held_out_template_is_a_set_template(sharp, tok, tmp_path):
     """The held-out wording keeps the options a set: one run per question, verified invariant;
     the causal model reads it order by order."""

@@ -220,3 +220,11 @@ def test_command_line_runs_lm_eval_with_setllm(model_dir, at_root, capsys):
                  "--include_path", "tests/fixtures/lm_eval", "--limit", "2"])
     out = capsys.readouterr().out
     assert code == 0 and "setllm_test_plain" in out and "acc" in out
+
+
+@pytest.mark.usefixtures("threads")
+def test_model_args_variant_sbp_reads_the_base_model_invariantly(model_dir):
+    lm = SetLLMLM.create_from_arg_string(f"model={model_dir},variant=sbp")
+    assert lm.llm.variant.name == "sbp" and lm.llm.origin.adapter is None and lm.llm.exact
+    swapped = CONTEXT.replace("{{Paris\n||Budapest\n||Zurich\n}}", "{{Zurich\n||Paris\n||Budapest\n}}")
+    assert loglikelihoods(lm, [(CONTEXT, o) for o in OPTIONS]) == loglikelihoods(lm, [(swapped, o) for o in OPTIONS])

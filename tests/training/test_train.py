@@ -242,6 +242,23 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
             export_adapter(tmp_path / "run", tmp_path / "bad", scale=bad)
 
 
+def test_an_adapter_trained_under_sbp_can_be_named(tmp_path):
+    """SBP reads the base model by default, but its finetuned reading (Brown & McIlroy-Young 2025) trains as any variant."""
+    base = tmp_path / "base"
+    tiny_model().save_pretrained(base)
+    tiny_tokenizer().save_pretrained(base)
+    model, tok = tiny_model(), tiny_tokenizer()
+    assert train(config(tmp_path / "run", model=str(base), variant="sbp", max_steps=2), model=model, tokenizer=tok).steps == 2
+    assert json.loads((tmp_path / "run" / "setllm.json").read_text())["variant"] == "sbp"
+    model.eval()
+    with torch.no_grad():
+        want = SetLLM(model, tok, "sbp").logits(PARIS.prompt, "Paris")
+    reloaded = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"))
+    assert reloaded.variant.name == "sbp" and reloaded.exact
+    torch.testing.assert_close(reloaded.logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
+    assert SetLLM.from_pretrained(str(base), variant="sbp").origin.adapter is None  # not named: the base model
+
+
 def test_trained_metadata_is_restored_and_an_explicit_mismatch_warns(tmp_path):
     """setllm.json records what the model was trained as (variant, template, EOS, chat);
     loading restores all of it, and reading it otherwise is allowed, with a warning."""

@@ -219,7 +219,8 @@ def warn_if_untrained(lm, args: argparse.Namespace) -> None:
 
     from ..errors import SetLLMWarning
 
-    if getattr(args, "adapter", None) == "auto" and lm.origin.adapter is None and lm.variant.invariant and lm.origin.trained_as.variant is None:
+    if (getattr(args, "adapter", None) == "auto" and lm.origin.adapter is None and lm.variant.invariant and not lm.variant.training_free
+            and lm.origin.trained_as.variant is None):
         warnings.warn(f"--model {lm.origin.model} has no shipped adapter: this is the untrained Set-LLM reading ({lm.variant.name}), "
                       "not a model trained on sets; pass --adapter DIR (`setllm train` makes one), --variant causal-pe for the "
                       "base model as it is, or --adapter none to read it so without this warning", SetLLMWarning, stacklevel=2)

@@ -29,7 +29,8 @@ class Codec:
     Attributes:
         tokenizer: a Hugging Face tokenizer.
         variant: how the prompt is read; decides whether the order must not matter.
-        exact: sort set elements before encoding (bit-identical outputs under permutation).
+        exact: sort set elements before encoding (bit-identical outputs under permutation);
+            a ``canonical`` variant sorts them always.
         chat: wrap prompts in the tokenizer's chat template.
         max_tokens: the model's context length (None: unchecked).
     """
@@ -63,7 +64,7 @@ class Codec:
     def prepare(self, prompt: PromptLike) -> SetPrompt:
         """The prompt as it will be read: validated, canonical in exact mode, and sound."""
         prompt = as_prompt(prompt)
-        prompt = prompt.canonical() if self.exact else prompt
+        prompt = prompt.canonical() if self.exact or self.variant.canonical else prompt
         if self.variant.invariant and not self.chat and isinstance(prompt.segments[-1], Set):
             # The first response token is predicted from the last prompt token. Inside a set
             # that token sees only its own element, so the answer would depend on which

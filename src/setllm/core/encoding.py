@@ -52,6 +52,8 @@ class EncodedPrompt:
             return [0] * n, 0
         if scheme == "setpe":
             return setpe_positions(self.set_ids, self.element_ids)
+        if scheme == "sbp":
+            return sbp_positions(self.set_ids, self.element_ids)
         raise ValueError(f"unknown position scheme {scheme!r}")
 
 
@@ -66,14 +68,35 @@ def setpe_positions(set_ids: Sequence[int], element_ids: Sequence[int]) -> tuple
     >>> setpe_positions([-1, 0, 0, 0, -1], [-1, 0, 0, 1, -1])
     ([0, 1, 2, 1, 4], 5)
     """
+    return _set_positions(set_ids, element_ids, longest=False)
+
+
+def sbp_positions(set_ids: Sequence[int], element_ids: Sequence[int]) -> tuple[list[int], int]:
+    """Set-Based Prompting's positions (McIlroy-Young et al. 2024): as SetPE, every element of a
+    set starts at the set's start, but after the set numbering resumes at ``start + the
+    longest element's length``, as if the elements had been read side by side.
+
+    >>> # "Q" {"a b", "c"} "A"   ->   Q:0  a:1 b:2  c:1  A:3
+    >>> sbp_positions([-1, 0, 0, 0, -1], [-1, 0, 0, 1, -1])
+    ([0, 1, 2, 1, 3], 4)
+    >>> # {"x", "y1 y2 y3", "z1 z2"} "A": the longest element (3 tokens) sets where A stands
+    >>> sbp_positions([0, 0, 0, 0, 0, 0, -1], [0, 1, 1, 1, 2, 2, -1])
+    ([0, 0, 1, 2, 0, 1, 3], 4)
+    """
+    return _set_positions(set_ids, element_ids, longest=True)
+
+
+def _set_positions(set_ids: Sequence[int], element_ids: Sequence[int], longest: bool) -> tuple[list[int], int]:
+    """Every element of a set starts at the set's start; after the set, numbering resumes at
+    the start + the set's extent: its total tokens, or (``longest``) its longest element's."""
     out: list[int] = []
-    pos = start = total = offset = 0
+    pos = start = extent = offset = 0
     cur_set = cur_elem = NOT_IN_SET
     for s, e in zip(set_ids, element_ids):
         if s != cur_set:
             if cur_set != NOT_IN_SET:
-                pos = start + total
-            start, total, cur_set, cur_elem, offset = pos, 0, s, e, 0
+                pos = start + extent
+            start, extent, cur_set, cur_elem, offset = pos, 0, s, e, 0
         if s == NOT_IN_SET:
             out.append(pos)
             pos += 1
@@ -82,9 +105,9 @@ def setpe_positions(set_ids: Sequence[int], element_ids: Sequence[int]) -> tuple
             cur_elem, offset = e, 0
         out.append(start + offset)
         offset += 1
-        total += 1
+        extent = max(extent, offset) if longest else extent + 1
     if cur_set != NOT_IN_SET:
-        pos = start + total
+        pos = start + extent
     return out, pos
 
 

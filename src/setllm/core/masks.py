@@ -20,7 +20,8 @@ The Set-LLM mask for ``Q {a1 a2, b1} A`` plus a one-token response ``R``
     R    ■  ■  ■  ■ ■  ■
 
 ``prefix`` is the same without the two ⬚ blocks between elements; ``causal`` is the lower
-triangle.
+triangle; ``sbp`` (Set-Based Prompting) is the lower triangle without the ⬚ blocks between
+elements (:func:`sbp_mask`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def set_mask(layout: TokenLayout) -> MaskFn:
     return fn
 
 
+def sbp_mask(layout: TokenLayout) -> MaskFn:
+    """Set-Based Prompting (McIlroy-Young et al. 2024): causal, but tokens of different
+    elements of the same set do not see each other; text after the set sees every element."""
+    return and_masks(causal_mask, set_mask(layout))
+
+
 def padding_mask(layout: TokenLayout) -> MaskFn:
     """Padding is never attended to. A pad query attends to itself only, so no softmax row
     is empty: an all-masked row gives NaN in some kernels, and NaN would leak through the
@@ -139,6 +146,8 @@ def variant_mask(kind: MaskKind, layout: TokenLayout, window: int | None = None)
         visible = or_masks(causal_mask, prefix_mask(layout))
     elif kind == "setmask":
         visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout))
+    elif kind == "sbp":
+        visible = sbp_mask(layout)
     else:
         raise ValueError(f"unknown mask kind {kind!r}")
     if window is not None:

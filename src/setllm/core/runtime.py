@@ -186,15 +186,23 @@ def use_auto_attention(model) -> None:
 
 
 @contextmanager
+def attention_implementation(model, name: str):
+    """Inside, ``model`` runs attention ``name``; after, its own again."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+@contextmanager
 def _long_prompt_attention(model, q_len: int):
     if q_len < LONG_PROMPT_TOKENS or not getattr(model, "_setllm_auto_attention", False) or model.config._attn_implementation != "sdpa":
         yield
         return
-    model.set_attn_implementation("flex_attention")
-    try:
+    with attention_implementation(model, "flex_attention"):
         yield
-    finally:
-        model.set_attn_implementation("sdpa")
 
 
 @contextmanager
@@ -219,11 +227,8 @@ def _cached_step_attention(model, cached: bool):
     if not cached or getattr(model.config, "_attn_implementation", None) != "flex_attention":
         yield
         return
-    model.set_attn_implementation(default_attention(model.config.model_type, "sdpa"))
-    try:
+    with attention_implementation(model, default_attention(model.config.model_type, "sdpa")):
         yield
-    finally:
-        model.set_attn_implementation("flex_attention")
 
 
 def new_cache():

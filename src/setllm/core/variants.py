@@ -37,8 +37,8 @@ def check_attention(name: str | None, flag: str = "--attn") -> None:
     if problem:
         raise InputError(f"{flag} {name}: {problem}")
 
-MaskKind = Literal["causal", "prefix", "setmask"]
-PositionKind = Literal["pe", "nope", "setpe"]
+MaskKind = Literal["causal", "prefix", "setmask", "sbp"]
+PositionKind = Literal["pe", "nope", "setpe", "sbp"]
 
 
 @dataclass(frozen=True)
@@ -47,23 +47,37 @@ class Variant:
 
     Attributes:
         name: the name used everywhere (CLI, configs, adapter metadata).
-        mask: ``causal`` (the base model), ``prefix`` (bidirectional prompt) or ``setmask``
-            (prefix, but elements of one set do not see each other).
-        positions: ``pe`` (consecutive), ``nope`` (all zero) or ``setpe`` (every element of a
-            set starts at the same position).
+        mask: ``causal`` (the base model), ``prefix`` (bidirectional prompt), ``setmask``
+            (prefix, but elements of one set do not see each other) or ``sbp`` (causal, but
+            elements of one set do not see each other: Set-Based Prompting).
+        positions: ``pe`` (consecutive), ``nope`` (all zero), ``setpe`` (every element of a
+            set starts at the same position; after the set, numbering resumes at its start +
+            its total length) or ``sbp`` (as ``setpe``, but resuming at the start + its longest
+            element).
         invariant: the output provably does not depend on the order of set elements.
+        training_free: a reading of the unmodified base model by design (no Set-LLM adapter):
+            ``adapter="auto"`` loads none under it; an adapter can still be named.
+        canonical: every set's elements are always sorted before reading (exact mode cannot
+            be turned off): invariant by construction, whatever the mask and positions.
+        label: the name report tables print, where it is not the paper's ``Mask+Positions``.
     """
 
     name: str
     mask: MaskKind
     positions: PositionKind
     invariant: bool
+    training_free: bool = False
+    canonical: bool = False
+    label: str | None = None
 
     @property
     def paper_name(self) -> str:
-        """The paper's name for it, as its tables print it (``Causal Mask+PE``, ``SetMask+SetPE``)."""
-        mask = {"causal": "Causal Mask", "prefix": "Prefix Mask", "setmask": "SetMask"}[self.mask]
-        return f"{mask}+{ {'pe': 'PE', 'nope': 'NoPE', 'setpe': 'SetPE'}[self.positions]}"
+        """The paper's name for it, as its tables print it (``Causal Mask+PE``, ``SetMask+SetPE``;
+        ``SBP`` and ``Canonical Order`` for the training-free baselines)."""
+        if self.label:
+            return self.label
+        mask = {"causal": "Causal Mask", "prefix": "Prefix Mask", "setmask": "SetMask", "sbp": "SBP Mask"}[self.mask]
+        return f"{mask}+{ {'pe': 'PE', 'nope': 'NoPE', 'setpe': 'SetPE', 'sbp': 'SBP PE'}[self.positions]}"
 
 
 VARIANTS: dict[str, Variant] = {
@@ -76,6 +90,11 @@ VARIANTS: dict[str, Variant] = {
         Variant("prefix-pe", "prefix", "pe", invariant=False),
         Variant("prefix-setpe", "prefix", "setpe", invariant=True),
         Variant("setmask-setpe", "setmask", "setpe", invariant=True),
+        # Set-Based Prompting (McIlroy-Young et al. 2024): the base model read with a causal mask
+        # that hides elements of a set from each other, every element starting at the set's start.
+        Variant("sbp", "sbp", "sbp", invariant=True, training_free=True, label="SBP"),
+        # The base model as it is, each set's elements sorted first: invariant by construction.
+        Variant("canonical", "causal", "pe", invariant=True, training_free=True, canonical=True, label="Canonical Order"),
     ]
 }
 DEFAULT_VARIANT = "setmask-setpe"

