@@ -106,7 +106,7 @@ evaluate() {  # evaluate NAME ADAPTER VARIANT
         local out=$RUNS/eval/$name/$ds-$template-s$seed
         [ -f "$out/summary.json" ] && continue
         run setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed "$seed" --template "$template" \
-          --adapter "$adapter" --variant "$variant" --seed 0 "${extra[@]}" --out "$out" --no_progress
+          --adapter "$adapter" --variant "$variant" --seed 0 "${extra[@]}" ${MODEL:+--model "$MODEL"} --out "$out" --no_progress
       done
     done
     [ "${SKIP_DOCS:-0}" = 1 ] || documents "$name" "$adapter" "$variant" "$seed"
@@ -116,7 +116,7 @@ evaluate() {  # evaluate NAME ADAPTER VARIANT
 documents() {  # documents NAME ADAPTER VARIANT SEED: key-value rows in the held-out phrasings, gold first / middle / last
   local out=$RUNS/eval/$1/kv8-held-out-s$4
   [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-held-out-s$4.jsonl" \
-    --adapter "$2" --variant "$3" --gold-positions 0,4,-1 --out "$out" --no_progress
+    --adapter "$2" --variant "$3" --gold-positions 0,4,-1 ${MODEL:+--model "$MODEL"} --out "$out" --no_progress
 }
 
 # The choose adapter's recipe (src/setllm/adapters/smollm2-135m-setllm.yaml) with each benchmark
@@ -224,7 +224,8 @@ judge() {  # judge NAME ADAPTER VARIANT: UltraFeedback test pairs in the held-ou
   for seed in 0 1; do
     out=$RUNS/eval/$1/ultrafeedback-pairs-held-out-s$seed
     [ -f "$out/summary.json" ] || run setllm eval --dataset ultrafeedback-pairs --data-dir "$DATA" --template held-out \
-      --limit "$N_JUDGE" --subset-seed "$seed" --adapter "$2" --variant "$3" --readout mean --seed 0 --out "$out" --no_progress
+      --limit "$N_JUDGE" --subset-seed "$seed" --adapter "$2" --variant "$3" --readout mean --seed 0 ${MODEL:+--model "$MODEL"} \
+      --out "$out" --no_progress
   done
 }
 

@@ -124,6 +124,18 @@ def print_by_task(runs: Path, names: list[str], seeds=SEEDS) -> None:
         print(f"| {name} | " + " | ".join(means) + " |")
 
 
+def print_cost(runs: Path, names: list[str], seeds=SEEDS) -> None:
+    """What each reading cost on the cells it ran: seconds of scoring (its ``random`` mode: every
+    ordering a causal reading needs, one run for an invariant one) and the peak memory."""
+    print("| model | cells | scoring time (s) | peak memory (MB) |\n|---|---|---|---|")
+    for name in names:
+        summaries = [json.loads((runs / name / folder(stem, s) / "summary.json").read_text()) for _, stem in rows() for s in seeds
+                     if (runs / name / folder(stem, s) / "summary.json").is_file()]
+        seconds = sum(s["runtime_s"]["random"] for s in summaries)
+        peak = max((s["peak_memory_mb"]["random"] for s in summaries), default=0.0)
+        print(f"| {name} | {len(summaries)} | {seconds:.1f} | {peak:.1f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/general/eval", help="the eval folder of general_adapter.sh")
@@ -131,6 +143,7 @@ def main() -> None:
     group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
     group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
     p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its cells (both templates, every seed)")
+    p.add_argument("--cost", action="store_true", help="with --names: each NAME's scoring time and peak memory, summed / maxed over its cells")
     p.add_argument("--seeds", default="0,1", help="subset seeds, the columns; 'all': runs on a whole split (folders <task>-<template>-all)")
     args = p.parse_args()
     if args.by_task and not args.names:
@@ -147,6 +160,8 @@ def main() -> None:
         return print_paired(runs, *names, seeds)
     if args.by_task:
         return print_by_task(runs, names, seeds)
+    if args.cost:
+        return print_cost(runs, names, seeds)
     heads = [f"{n}, {seed_label(s)}" for s in seeds for n in names]
     print("| task, format | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")
