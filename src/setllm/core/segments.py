@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .runtime import attention_implementation
+
 NAME = "setllm_segments"
 PAD = -1  # a gathered position that is padding (reads a zero vector)
 
@@ -121,12 +123,10 @@ def segments_on(model, p: Plan):
     """Inside, ``model``'s attention runs :func:`segment_attention` under plan ``p``."""
     _register()
     token = _PLAN.set(p)
-    before = model.config._attn_implementation
-    model.set_attn_implementation(NAME)
     try:
-        yield
+        with attention_implementation(model, NAME):
+            yield
     finally:
-        model.set_attn_implementation(before)
         _PLAN.reset(token)
 
 
