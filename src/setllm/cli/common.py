@@ -10,11 +10,12 @@ import functools
 import json
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from ..errors import InputError, OptionError, SetLLMError
+from ..errors import InputError, OptionError, SetLLMError, SetLLMWarning
 
 EXIT_USER_ERROR = 2
 
@@ -187,9 +188,8 @@ def validate(args: argparse.Namespace) -> None:
 def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
     """A :class:`setllm.SetLLM` from the model flags (:class:`setllm.LoadOptions`); with no
     ``--adapter`` the embedded model gets the adapter shipped for ``kind`` of task."""
-    from ..api import (
-        SetLLM,  # late, as every model import here: `setllm --help` loads no torch
-    )
+    # Late, as every model import here: `setllm --help` loads no torch.
+    from ..api import SetLLM
     from ..loading.options import LoadOptions
 
     return SetLLM.load(config_from_args(LoadOptions, args), kind, progress)
@@ -215,10 +215,6 @@ def announce(lm, args: argparse.Namespace, kind: str = "choose", readout: str | 
 def warn_if_untrained(lm, args: argparse.Namespace) -> None:
     """One warning where a model of the user's, left without an adapter (``--adapter
     auto``), is read as untrained Set-LLM."""
-    import warnings
-
-    from ..errors import SetLLMWarning
-
     if (getattr(args, "adapter", None) == "auto" and lm.origin.adapter is None and lm.variant.invariant and not lm.variant.training_free
             and lm.origin.trained_as.variant is None):
         warnings.warn(f"--model {lm.origin.model} has no shipped adapter: this is the untrained Set-LLM reading ({lm.variant.name}), "
@@ -273,17 +269,18 @@ def _fitting(lm, rows: list[dict], fit, read, skip_bad: bool) -> list[dict]:
     """``rows`` less those ``fit`` refuses (an error, unless ``skip_bad``: then counted in ``read``)."""
     from ..io.records import DataError
 
-    bad, errors = [], []
+    kept, bad, errors = [], [], []
     for row in rows:
         try:
             fit(lm, row)
+            kept.append(row)
         except DataError as e:
             if not skip_bad:
                 raise
             bad.append(row)
             errors.append(str(e))
     read.skip(bad, errors)
-    return [r for r in rows if not any(r is b for b in bad)]
+    return kept
 
 
 def check_fit(lm, row: dict, asks, parts: dict) -> None:
@@ -292,9 +289,9 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
     :class:`setllm.io.records.DataError` naming the row (``file:line`` and id) and, where it is too
     long, the longest of its ``parts`` (name -> text, or list of texts): the one to shorten."""
     from ..core.prompt import PromptError
+    from ..core.runtime import check_length
     from ..io.records import DataError
 
-    limit = lm.codec.max_tokens
     for prompt, responses in asks:
         try:
             enc = lm.encode(prompt)
@@ -303,9 +300,11 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
         except PromptError as e:
             problem = str(e)
         else:
-            if limit is None or end + longest <= limit:
+            try:  # the rule the scoring driver applies: tokens, and positions
+                check_length(lm.model.config, len(enc) + longest, end + longest)
                 continue
-            problem = f"prompt is {len(enc)} tokens and its longest response {longest}, longer than the model's context ({limit} tokens)"
+            except InputError as e:
+                problem = f"prompt is {len(enc)} tokens and its longest response {longest}: {e}"
         hint = f"; {_longest_part(lm, parts)}" if "longer than" in problem else ""
         raise DataError(f"{row['where']} (id {row['id']!r}): {problem}{hint}")
 

@@ -27,8 +27,9 @@ class ServeConfig:
         max_options: most options in one choose/score request.
         max_generate_tokens: most tokens one generate/completions request may ask for.
         drain_s: how long a stop signal waits for accepted requests (None: ``timeout_s``).
-        batch_check: at start-up, score a probe alone and in batches and turn batching
-            off if this machine gives other low bits in a batch (see docs/serving.md).
+        batch_check: score a probe alone and in batches (once per machine, in the background)
+            and batch only identical requests if this machine gives other low bits in a batch
+            (see docs/serving.md).
     """
 
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on; 0.0.0.0 exposes the server to the network", "metavar": "ADDR"})
@@ -42,7 +43,8 @@ class ServeConfig:
     max_generate_tokens: int = field(default=512, metadata={"help": "most new tokens one generate/completions request may ask for", "metavar": "N"})
     drain_s: float | None = field(default=None, metadata={"help": "seconds a stop waits for accepted requests before answering them 503 "
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
-    batch_check: bool = field(default=True, metadata={"help": "check at start-up that batching gives bit-identical scores here (--no-batch-check: trust it)"})
+    batch_check: bool = field(default=True, metadata={
+        "help": "check once per machine, in the background, that batching gives bit-identical scores here (--no-batch-check: trust it)"})
 
     def __post_init__(self) -> None:
         _at_least("--port", self.port, 0)

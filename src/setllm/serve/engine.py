@@ -8,7 +8,8 @@ A batch never changes a request's scores, not even in the last bit: the scoring 
 gives every forward a shape fixed by the request alone (see :mod:`setllm.core.scoring`), so a
 request computes the same kernels alone as among others, on any CPU. Requests with the
 same encoded prompt (in exact mode: every ordering of one question) share one prefill,
-and equal options one row. ``batching_is_exact`` checks the construction at start-up.
+and equal options one row. ``Engine.batching_check`` checks the construction (once per
+machine, in the background: :mod:`.batch_check`).
 """
 
 from __future__ import annotations
@@ -358,10 +359,6 @@ class Engine:
             return []
         return [p for group in by_key.values() for p in group]
 
-    def batching_is_exact(self, max_batch_size: int) -> bool:
-        """The whole check at once (tests, benchmarks)."""
-        return all(step() for step in self.batching_check(max_batch_size))
-
 
 class Engines:
     """One :class:`Engine` per model behind one queue: ``"main"`` answers every route,
@@ -410,9 +407,6 @@ class Engines:
         """The engines built so far (a deferred copy has the main model's shapes, which decide
         the kernels: the main model's verdict holds for it)."""
         return [step for e in list(self.engines.values()) for step in e.batching_check(max_batch_size)]
-
-    def batching_is_exact(self, max_batch_size: int) -> bool:
-        return all(step() for step in self.batching_check(max_batch_size))
 
     def identical_only(self, only: bool = True) -> None:
         self._identical_only = only
