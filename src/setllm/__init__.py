@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "api": ["SetLLM", "default_adapter"],
+    "bank": ["AdapterBank"],
     "policy": ["Choice", "Verdict", "pick"],
     "core.encoding": ["EncodedPrompt", "PromptEncoder", "sbp_positions", "setpe_positions"],
     "core.generation": ["GenerationConfig"],

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -87,10 +88,17 @@ class SetLLM:
         options = ReadOptions(get_variant(variant), exact, chat, eos, batch_size, progress)
         self._init(model, tokenizer, options, origin or Origin.of(model))
 
-    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin) -> None:
+    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
-        for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec)):
+        for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
+                            ("_switch", switch)):
             object.__setattr__(self, name, value)
+
+    def _running(self) -> AbstractContextManager:
+        """The model to run, held for the computation: where several adapters share these
+        weights (a view of an :class:`setllm.AdapterBank`), switched to this view's adapter
+        and kept there until the computation ends."""
+        return nullcontext(self.model) if self._switch is None else self._switch()
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SetLLM is immutable; use with_variant(...) or with_options({name}=...) for a new view")
@@ -164,7 +172,13 @@ class SetLLM:
         if "variant" in changes and "exact" not in changes:
             changes["exact"] = None
         view = object.__new__(SetLLM)
-        view._init(self.model, self.tokenizer, dataclasses.replace(self.options, **changes), self.origin)
+        view._init(self.model, self.tokenizer, dataclasses.replace(self.options, **changes), self.origin, self._switch)
+        return view
+
+    def _switched(self, switch: Callable[[], AbstractContextManager]) -> SetLLM:
+        """This view, running each computation inside ``switch()`` (:class:`setllm.AdapterBank`'s views)."""
+        view = object.__new__(SetLLM)
+        view._init(self.model, self.tokenizer, self.options, self.origin, switch)
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:
@@ -282,18 +296,21 @@ class SetLLM:
     def score_encoded(self, requests: Sequence[scoring.ScoreRequest]) -> list[list[scoring.TokenScore]]:
         """Each request's options scored after its prompt (token ids already made by
         :meth:`encode` and :meth:`response_ids`), through the one scoring driver."""
-        return scoring.score_requests(self.model, self.variant, self.pad_id, requests)
+        with self._running() as model:
+            return scoring.score_requests(model, self.variant, self.pad_id, requests)
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
         (``on_token()`` after each step: a caller's way to stop, by raising)."""
         batch = collate(list(prompts), self.variant.positions, self.pad_id)
-        return generation.generate_tokens(self.model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+        with self._running() as model:
+            return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
-        return scoring.token_details(self.model, self.variant, self.pad_id, prompt, response, top)
+        with self._running() as model:
+            return scoring.token_details(model, self.variant, self.pad_id, prompt, response, top)
 
     # -- raw ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -302,7 +319,8 @@ class SetLLM:
         enc = self.encode(prompt)
         resp = [self.response_ids(prompt, response)] if response else None
         batch = collate([enc], self.variant.positions, self.pad_id, responses=resp)
-        return forward(self.model, self.variant, batch.input_ids, batch.position_ids, batch.layout).logits[0].float()
+        with self._running() as model:
+            return forward(model, self.variant, batch.input_ids, batch.position_ids, batch.layout).logits[0].float()
 
     def _chunks(self, n: int, what: str, size: int | None = None):
         size = size or self.batch_size

@@ -85,7 +85,7 @@ def test_health_and_metrics(lm):
         health = client.get("/health")
         text = client.get("/metrics")
     assert health.status_code == 200
-    assert health.json() | {"in_flight": 0} == {"status": "ok", "model": "setllm", "adapter": None, "judge_adapter": None,
+    assert health.json() | {"in_flight": 0} == {"status": "ok", "model": "setllm", "adapter": None, "judge_adapter": None, "adapters": {},
                                                   "variant": "setmask-setpe", "exact": True, "max_batch_size": 8, "batching": "on", "queued": 0, "in_flight": 0}
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
     lines = text.text.splitlines()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
+from pathlib import Path
 
 from ..errors import InputError
 from ..loading.options import LoadOptions
@@ -22,10 +24,34 @@ HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style complet
 def add_parser(sub, name: str = "serve"):
     p = add_command(sub, name, [ServeConfig, LoadOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
-                                "/v1/choose, /v1/score, /v1/generate, /v1/completions (OpenAI-compatible), /health, /metrics. "
-                                "Concurrent requests are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")
-    p.set_defaults(func=cmd_serve)
+                                "/v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/completions (OpenAI-compatible), /health, "
+                                "/metrics. Several adapters share one copy of the base weights: a request names its adapter "
+                                "(field 'adapter'; OpenAI routes: 'model'). Concurrent requests are batched without changing any "
+                                "score. SIGTERM or Ctrl-C drains and stops.")
+    flag = next(a for a in p._actions if "--adapter" in a.option_strings)  # LoadOptions' flag, made repeatable here
+    flag.__class__, flag.metavar = AdapterFlag, "A | NAME=PATH"
+    flag.help += (". NAME=PATH (repeatable): one more adapter served beside it under NAME, on the same base weights; with "
+                  "the embedded model and 'auto', its shipped adapters are served as choose, judge and documents, and the "
+                  "base model as base")
+    p.set_defaults(func=cmd_serve, named_adapters=[])
     return p
+
+
+class AdapterFlag(argparse.Action):
+    """``--adapter A`` sets the main adapter (a folder, none, auto); ``--adapter NAME=PATH``
+    adds a named one (a path's own '=' comes after a '/', so it is never read as a name)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        name, sep, path = value.partition("=")
+        if sep and NAME.fullmatch(name):
+            if not path:
+                parser.error(f"--adapter {value}: NAME=PATH needs a path")
+            namespace.named_adapters = [*namespace.named_adapters, (name, path)]
+        else:
+            setattr(namespace, self.dest, value)
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -37,26 +63,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve.server import open_socket, serve
 
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
-    lm = load_setllm(args, progress=False)
+    lm, judge, adapters = served_models(args)
     warn_if_untrained(lm, args)
-    serve(create_app(lm, config, judge_model(args)), config, sock)
+    serve(create_app(lm, config, judge, adapters), config, sock)
     return 0
 
 
-def judge_model(args: argparse.Namespace):
-    """What ``/v1/judge`` reads with when it is not the main model: with ``--adapter auto``
-    the embedded model's shipped judge adapter, as ``setllm judge`` (one adapter for every
-    task was measured to cost more than the set: docs/results.md). A second copy of the
-    model, loaded by the first judge request (a server that is never asked to judge never
-    holds it); None when both kinds resolve to the same adapter."""
-    from ..api import SetLLM
-    from ..loading import Origin
-    from ..serve.service import DeferredModel
+def served_models(args: argparse.Namespace):
+    """``(main model, judge model or None, adapters by name)``. One adapter (or none): the
+    model with it merged, as every other command reads it. Several (the embedded model's
+    shipped ones, or any named with NAME=PATH): one :class:`setllm.AdapterBank`, each
+    adapter unmerged on the one copy of the base weights; the main model is the main
+    adapter's view (``--adapter none``: the base model), the judge the ``judge`` adapter's."""
+    from ..bank import BASE, AdapterBank, shipped_adapters
 
     options = config_from_args(LoadOptions, args)
-    if options.adapter_path("judge") == options.adapter_path("choose"):
-        return None
-    return DeferredModel(Origin.loaded(*options.sources("judge")), lambda: SetLLM.load(options, "judge"))
+    named = dict(args.named_adapters)
+    if len(named) != len(args.named_adapters):
+        raise InputError("--adapter NAME=PATH: each NAME once")
+    main = options.adapter_path("choose")
+    shipped = shipped_adapters() if options.adapter == "auto" and main is not None else {}
+    if not named and len(shipped) < 2:
+        return load_setllm(args, progress=False), None, {}
+    main_name = next((n for n, p in shipped.items() if p == main), None) if shipped else (Path(main).name if main else None)
+    clash = set(named) & ({*shipped, BASE} | ({main_name} if main_name else set()))
+    if clash:
+        raise InputError(f"--adapter NAME=PATH: {', '.join(sorted(clash))} is already the name of a served adapter")
+    paths = {**shipped, **({main_name: main} if main and not shipped else {}), **named}
+    bank = AdapterBank.load(options, paths)
+    views = {name: bank[name] for name in [*paths, BASE]}
+    lm = views[main_name] if main_name else bank.base
+    return lm, views.get("judge"), views
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -267,16 +267,20 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = 
     return apply_adapter(model, adir, name, merge)
 
 
-def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = True):
+def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = True, name: str = "default"):
     """PEFT's loading, its errors for an adapter that does not fit this model made one line
-    (its own is a ``size mismatch`` line per tensor)."""
+    (its own is a ``size mismatch`` line per tensor). On a model PEFT already wraps, the
+    adapter is added beside the others under ``name`` (unmerged: they share the base weights)."""
     try:
         from peft import PeftModel
     except ImportError:
         raise ModelLoadError("loading an adapter needs peft, a core dependency of setllm: reinstall setllm") from None
     try:
         with quiet_loading(progress=False):
-            peft_model = PeftModel.from_pretrained(model, str(adir), is_trainable=False)
+            if isinstance(model, PeftModel):
+                model.load_adapter(str(adir), adapter_name=name, is_trainable=False)
+                return model
+            peft_model = PeftModel.from_pretrained(model, str(adir), adapter_name=name, is_trainable=False)
     except (RuntimeError, ValueError) as e:
         if isinstance(e, RuntimeError) and "size mismatch" not in str(e):
             raise

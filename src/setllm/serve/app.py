@@ -36,11 +36,12 @@ KNOWN_PATHS = frozenset(r.path for r in (*router.routes, *openai.router.routes))
 log = logging.getLogger("setllm.serve")
 
 
-def create_app(lm, config: ServeConfig | None = None, judge_lm=None) -> FastAPI:
+def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=None) -> FastAPI:
     """The server for ``lm`` (a :class:`setllm.SetLLM`; ``judge_lm``: another one for
-    ``/v1/judge``, None: ``lm``). The model thread starts and stops with the app's lifespan
-    (``with TestClient(app):``, or uvicorn)."""
-    service = Service(lm, config or ServeConfig(), judge_lm)
+    ``/v1/judge``, None: ``lm``; ``adapters``: models by the name a request gives, e.g. the
+    views of a :class:`setllm.AdapterBank`). The model thread starts and stops with the app's
+    lifespan (``with TestClient(app):``, or uvicorn)."""
+    service = Service(lm, config or ServeConfig(), judge_lm, adapters)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

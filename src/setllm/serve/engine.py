@@ -404,9 +404,12 @@ class Engines:
         return self.engines[name]
 
     def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
-        """The engines built so far (a deferred copy has the main model's shapes, which decide
-        the kernels: the main model's verdict holds for it)."""
-        return [step for e in list(self.engines.values()) for step in e.batching_check(max_batch_size)]
+        """One engine per set of weights built so far: the views of one adapter bank share
+        the model and its kernels (the first, the main one, has its LoRA layers on), and a
+        deferred copy has the main model's shapes, which decide the kernels: their verdict
+        is the main model's."""
+        weights = {id(e.lm.model): e for e in reversed(list(self.engines.values()))}  # the first engine of each wins
+        return [step for e in reversed(list(weights.values())) for step in e.batching_check(max_batch_size)]
 
     def identical_only(self, only: bool = True) -> None:
         self._identical_only = only

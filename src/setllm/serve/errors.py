@@ -24,6 +24,12 @@ class BadRequest(ApiError):
     status = 400
 
 
+class NotFound(ApiError):
+    """A request names a model or adapter this server does not hold."""
+
+    status = 404
+
+
 class Unprocessable(ApiError):
     status = 422
 

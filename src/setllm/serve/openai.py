@@ -159,10 +159,10 @@ async def completions(body: CompletionRequest, request: Request) -> CompletionRe
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
-    outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo) for p in prompts))
+    outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
-    return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.model_name, choices=choices,
+    return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model), choices=choices,
                               usage=_usage(outs))
 
 
@@ -179,9 +179,10 @@ async def chat_completions(body: ChatRequest, request: Request) -> ChatResponse:
     prompt = service.chat([m.model_dump() for m in body.messages])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
-    out = await service.generate(prompt, config, field)
+    out = await service.generate(prompt, config, field, adapter=body.model)
     choice = ChatChoice(index=0, message=ChatMessage(role="assistant", content=out.text), finish_reason=out.finish_reason)
-    return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.model_name, choices=[choice], usage=_usage([out]))
+    return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
+                        choices=[choice], usage=_usage([out]))
 
 
 def _generation_config(body, max_tokens: int) -> GenerationConfig:
@@ -205,8 +206,10 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict:
-    """OpenAI's model list: the one model served (clients ask for it on start-up)."""
-    return {"object": "list", "data": [{"id": request.app.state.service.model_name, "object": "model", "created": 0, "owned_by": "setllm"}]}
+    """OpenAI's model list (clients ask for it on start-up): the model served, then each
+    adapter a request may name in its ``model`` field."""
+    served = request.app.state.service.served
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "setllm"} for name in served]}
 
 
 def _refuse_unsupported(body, fields: dict) -> None:

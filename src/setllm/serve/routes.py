@@ -37,7 +37,7 @@ def service_of(request: Request) -> Service:
 @router.post("/v1/choose", response_model=ChooseResponse, responses=ERRORS)
 async def choose(body: ChooseRequest, request: Request) -> ChooseResponse:
     """Answer a multiple-choice question; the options are read as a set."""
-    options, best, scores = await service_of(request).choose(body.question, body.options, body.context)
+    options, best, scores = await service_of(request).choose(body.question, body.options, body.context, body.adapter)
     return ChooseResponse(answer=options[best], index=best, scores=scores.logprobs)
 
 
@@ -46,14 +46,14 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     """Log-likelihood of each option as the response to a set prompt."""
     service = service_of(request)
     prompt = parse_prompt(body.prompt)
-    scores = await service.score(prompt, service.score_options(prompt, body.options))
+    scores = await service.score(prompt, service.score_options(prompt, body.options), body.adapter)
     return ScoreResponse(scores=scores.logprobs)
 
 
 @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
 async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     """Which candidate response is best; no order or label bias (the candidates are a set)."""
-    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout)
+    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout, body.adapter)
     return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores)
 
 
@@ -61,7 +61,7 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
 async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
     """Generate a response to a set prompt."""
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop)
-    out = await service_of(request).generate(parse_prompt(body.prompt), config)
+    out = await service_of(request).generate(parse_prompt(body.prompt), config, adapter=body.adapter)
     return GenerateResponse(text=out.text)
 
 

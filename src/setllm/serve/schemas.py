@@ -40,6 +40,9 @@ class Request(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    adapter: str | None = Field(default=None, description="which adapter reads the request (GET /v1/models lists them); "
+                                "default: the main one (/v1/judge: the judge adapter, where the server holds one)")
+
 
 class ChooseRequest(Request):
     question: str = Field(min_length=1)
@@ -94,4 +97,4 @@ class ErrorResponse(BaseModel):
 
 
 # The error shape of every endpoint, for the OpenAPI document.
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 422, 500, 503, 504)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 422, 500, 503, 504)}

@@ -97,6 +97,8 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
     lm = service.lm
 
     judge = "" if service.judge_lm is lm else f"; /v1/judge: adapter {service.judge_lm.origin.adapter or 'none'}"
+    if service.adapters:  # one copy of the weights under several adapters
+        judge += f"\nsetllm serve: adapters a request may name (one copy of the base weights): {', '.join(service.adapters)}"
 
     def announce() -> str:  # after start-up: the batching check has run
         return (f"setllm serve: {service.model_name}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"

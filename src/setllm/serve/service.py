@@ -8,8 +8,9 @@ batching, limits and metrics come with them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +25,11 @@ from . import batch_check
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
-from .errors import BadRequest, Unprocessable
+from .errors import BadRequest, NotFound, Unprocessable
 from .metrics import Metrics
 
 log = logging.getLogger("setllm.serve")
+GENERIC_NAME = "setllm"  # the model name any client may send for the main model
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,15 @@ class DeferredModel:
 class Service:
     """The model behind a queue: the one object the routes talk to."""
 
-    def __init__(self, lm, config: ServeConfig, judge_lm=None):
-        """``judge_lm``: the model ``/v1/judge`` reads with (None: ``lm``), e.g. the embedded
-        model with its shipped judge adapter while ``lm`` has the choose adapter; a
-        :class:`DeferredModel` loads with the first judge request."""
+    def __init__(self, lm, config: ServeConfig, judge_lm=None, adapters: Mapping[str, Any] | None = None):
+        """``judge_lm``: the model ``/v1/judge`` reads with (None: ``lm``); a
+        :class:`DeferredModel` loads with the first judge request. ``adapters``: models a
+        request may name (its ``adapter`` field; OpenAI's ``model``), e.g. the views of one
+        :class:`setllm.AdapterBank`; one that is ``lm`` or ``judge_lm`` is served by that
+        model's engine under both names."""
         self.lm = lm
         self.judge_lm = judge_lm if judge_lm is not None else lm
+        self.adapters = dict(adapters or {})
         self.config = config
         self.metrics = Metrics()
         self.engines = self._engines()
@@ -64,15 +69,46 @@ class Service:
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
 
     def _engines(self) -> Engines:
+        """One engine per distinct model (views of one bank share its weights, not a forward);
+        a name for a model already seen is an alias of its engine."""
         def engine(lm) -> Engine:
             return Engine(lm, self.config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
 
-        judge = self.judge_lm
-        if judge is self.lm:
-            return Engines({"main": engine(self.lm)})
-        if isinstance(judge, DeferredModel):
-            return Engines({"main": engine(self.lm)}, deferred={"judge": lambda: engine(judge.load())})
-        return Engines({"main": engine(self.lm), "judge": engine(judge)})
+        built, deferred, keys = {}, {}, {}
+        self.aliases: dict[str, str] = {}
+        self.models: dict[str, Any] = {}
+        for name, model in [("main", self.lm), ("judge", self.judge_lm), *self.adapters.items()]:
+            if id(model) in keys:
+                self.aliases[name] = keys[id(model)]
+                continue
+            keys[id(model)] = name
+            self.models[name] = model
+            if isinstance(model, DeferredModel):
+                deferred[name] = functools.partial(lambda m: engine(m.load()), model)
+            else:
+                built[name] = engine(model)
+        return Engines(built, deferred)
+
+    def engine_key(self, name: str | None, default: str = "main") -> str:
+        """The engine that reads a request naming ``name``: None, the served model's name or
+        ``"setllm"`` mean ``default``, as any name does on a server with no adapters to pick
+        from (an OpenAI client must send some ``model``); else an adapter's name, and an
+        unknown one is a 404 listing what is served (a typo never reads with another adapter)."""
+        if name is None or name in (self.model_name, GENERIC_NAME) or not self.adapters:
+            name = default
+        key = self.aliases.get(name, name)
+        if key not in self.engines:
+            raise NotFound(f"no adapter or model {name!r} on this server; it serves: {', '.join(self.served)}")
+        return key
+
+    def answered_by(self, name: str | None) -> str:
+        """The ``model`` an OpenAI response names: the adapter the request picked, else the model's name."""
+        return name if name in self.adapters else self.model_name
+
+    @property
+    def served(self) -> list[str]:
+        """The names a request may give: the model's, then each adapter's."""
+        return [self.model_name, *self.adapters]
 
     @property
     def model_name(self) -> str:
@@ -152,36 +188,40 @@ class Service:
         return self.in_flight == 0 and self._checking == 0 and self.batcher.idle()
 
     # -- work -------------------------------------------------------------------------------
-    async def score(self, prompt: SetPrompt, options: Sequence[str], model: str = "main") -> Scores:
-        """``model``: "judge" reads with the judge model where one is loaded, else the main one."""
-        return await self.batcher.submit(ScoreJob(prompt, tuple(options), model if model in self.engines else "main"))
+    async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None) -> Scores:
+        """``adapter``: the model a request named (None: the main one; see :meth:`engine_key`)."""
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options), self.engine_key(adapter)))
 
-    async def choose(self, question: str, options: Sequence[str], context: str | None = None) -> tuple[list[str], int, Scores]:
+    async def choose(self, question: str, options: Sequence[str], context: str | None = None,
+                     adapter: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the
         library's choice policy, :func:`setllm.policy.pick`)."""
         options = self.choices(options)
-        scores = await self.score(mc_prompt(question, options, context), options)
+        scores = await self.score(mc_prompt(question, options, context), options, adapter)
         return options, pick(scores.option_scores(options)).index, scores
 
     async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None,
-                    readout: str | None = None) -> tuple[list[int], list[float]]:
+                    readout: str | None = None, adapter: str | None = None) -> tuple[list[int], list[float]]:
         """The ranking (best first) and scores of candidate responses under ``readout``
-        (:mod:`setllm.readouts`; default: the judge model's, as ``setllm judge``); equal
-        scores rank by candidate text, so the ranking cannot depend on their order."""
+        (:mod:`setllm.readouts`; default: the reading model's, as ``setllm judge``; that
+        model: the judge's unless ``adapter`` names another); equal scores rank by candidate
+        text, so the ranking cannot depend on their order."""
         self._check_count(candidates)
         row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
-        model = "judge" if "judge" in self.engines else "main"
-        scores = await self.batcher.submit(JudgeJob(row, get_readout(readout or self.judge_lm.judge_readout).name, model))
+        key = self.engine_key(adapter, "judge")
+        scores = await self.batcher.submit(JudgeJob(row, get_readout(readout or self.models[key].judge_readout).name, key))
         return verdict(scores, list(row.candidates)).ranking, scores
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
-                       logprobs: int | None = None, echo: bool = False) -> Generated:
+                       logprobs: int | None = None, echo: bool = False, adapter: str | None = None) -> Generated:
         """``field``: what the request calls ``max_new_tokens``, for the error message;
-        ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`."""
+        ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`;
+        ``adapter``: as :meth:`score`'s."""
+        key = self.engine_key(adapter)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
             raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
-        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo))
+        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key))
 
     def chat(self, messages: Sequence[dict]) -> SetPrompt:
         """Chat messages as the prompt the model reads (:func:`setllm.core.chat.chat_prompt`)."""
@@ -210,7 +250,7 @@ class Service:
     def health(self) -> dict[str, Any]:
         o = self.lm.origin
         return {"status": "draining" if self.draining else "ok", "model": self.model_name, "adapter": o.adapter,
-                "judge_adapter": self.judge_lm.origin.adapter,
+                "judge_adapter": self.judge_lm.origin.adapter, "adapters": {n: m.origin.adapter for n, m in self.adapters.items()},
                 "variant": self.lm.variant.name, "exact": self.lm.exact, "max_batch_size": self.batcher.max_batch_size,
                 "batching": self.batching, "queued": self.batcher.queued, "in_flight": self.in_flight}
 

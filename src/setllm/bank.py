@@ -1,0 +1,150 @@
+"""One copy of a base model's weights under several LoRA adapters.
+
+``SetLLM.from_pretrained(adapter=...)`` merges its one adapter into the weights: the fastest
+reading, but a second adapter then needs a second copy of the model (a 7B model in bf16: 14 GB
+each). An :class:`AdapterBank` loads the base once and keeps every adapter unmerged beside it
+(PEFT's multiple adapters); ``bank[name]`` is a :class:`setllm.SetLLM` view that switches the
+shared model to its adapter before each forward, read as that adapter was trained
+(``setllm.json``). Requests for different adapters never share a forward (the server splits a
+batch by adapter, as vLLM's LoRA serving batches per adapter).
+
+An unmerged adapter computes ``W x + B (A x)`` where the merged one computes ``(W + B A) x``:
+the same function, other float rounding (scores differ by ~1e-6 per token; measured by
+``benchmarks/bench_serve.py --adapters``). Within one bank the bits of a request do not depend
+on what else it serves.
+
+    bank = AdapterBank.from_pretrained(adapters={"choose": "auto", "judge": "auto", "mine": "runs/x"})
+    bank["mine"].choose("Which is a fruit?", ["apple", "dog"])
+    bank.base.score(...)       # the base model, every adapter off
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .api import SetLLM
+from .errors import InputError
+from .loading import Origin, load_model
+from .loading.adapters import AdapterInfo, apply_adapter, check_adapter
+from .loading.options import LoadOptions, apply_threads
+from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
+from .loading.sources import DEFAULT_MODEL
+
+BASE = "base"  # the name of the view with every adapter off
+_UNKNOWN = object()  # no switch made yet: the first one always runs
+
+
+def shipped_adapters() -> dict[str, str]:
+    """The embedded model's shipped adapters this install has, by kind (choose, judge, documents)."""
+    return {kind: path for kind in SHIPPED_ADAPTERS if (path := default_adapter(kind)) is not None}
+
+
+def resolve_adapters(adapters: Mapping[str, str], model: str | None) -> dict[str, str]:
+    """Name -> adapter folder; ``"auto"`` under a shipped kind's name (choose, judge,
+    documents) is that shipped adapter (the embedded model only)."""
+    out = {}
+    for name, path in adapters.items():
+        if not name or name == BASE or "=" in name:
+            raise InputError(f"adapter name {name!r}: a non-empty name without '=', other than {BASE!r}")
+        if path == "auto":
+            if embedded_or(model) is not None or name not in SHIPPED_ADAPTERS or default_adapter(name) is None:
+                raise InputError(f"adapter {name}=auto: 'auto' names a shipped adapter of the embedded model "
+                                 f"({', '.join(SHIPPED_ADAPTERS)}); give a folder")
+            path = default_adapter(name)
+        out[name] = str(path)
+    return out
+
+
+@dataclass
+class AdapterBank:
+    """A PEFT-wrapped base model, its adapters by name, and how each is read.
+
+    Build it with :meth:`from_pretrained` or :meth:`load`; index it by adapter name (or
+    :data:`BASE`) for a :class:`setllm.SetLLM` view. Views are cheap and share everything;
+    views used from several threads take turns (each computation holds the bank's lock).
+    """
+
+    model: object
+    tokenizer: object
+    options: LoadOptions
+    infos: dict[str, AdapterInfo]
+    paths: dict[str, str]
+    _active: object = field(default=_UNKNOWN, init=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _views: dict[str, SetLLM] = field(default_factory=dict, init=False)
+
+    @classmethod
+    def from_pretrained(cls, model: str | None = None, adapters: Mapping[str, str] | None = None, **options) -> AdapterBank:
+        """``adapters``: name -> PEFT adapter folder (or ``"auto"`` for a shipped kind);
+        default: every adapter shipped with the embedded model. ``options``: the fields of
+        :class:`setllm.LoadOptions` (``adapter`` excepted)."""
+        return cls.load(LoadOptions(model, "none", **options), adapters)
+
+    @classmethod
+    def load(cls, options: LoadOptions, adapters: Mapping[str, str] | None = None) -> AdapterBank:
+        model = embedded_or(options.model)
+        paths = resolve_adapters(adapters, model) if adapters is not None else shipped_adapters()
+        if not paths:
+            raise InputError("an adapter bank needs at least one adapter")
+        base_name = model or DEFAULT_MODEL
+        dirs = {n: check_adapter(p, base_name, options.allow_pickle, options.allow_base_mismatch) for n, p in paths.items()}
+        apply_threads(options.threads)
+        net, tok = load_model(model, None, dtype=options.torch_dtype, attn_implementation="sdpa" if options.attn == "auto" else options.attn,
+                              device=options.device, allow_pickle=options.allow_pickle)
+        if options.attn == "auto":
+            from .core.runtime import use_auto_attention
+
+            use_auto_attention(net)
+        for name, adir in dirs.items():
+            net = apply_adapter(net, adir, base_name, merge=False, name=name)
+        net.eval()
+        return cls(net, tok, options, {n: AdapterInfo.read(d) for n, d in dirs.items()}, {n: str(d) for n, d in dirs.items()})
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.paths)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.paths or name == BASE
+
+    def __getitem__(self, name: str) -> SetLLM:
+        if name not in self:
+            raise KeyError(f"no adapter {name!r} in this bank (it has: {', '.join([BASE, *self.paths])})")
+        if name not in self._views:
+            self._views[name] = self._view(None if name == BASE else name)
+        return self._views[name]
+
+    @property
+    def base(self) -> SetLLM:
+        return self[BASE]
+
+    def _view(self, name: str | None) -> SetLLM:
+        info = self.infos[name] if name else AdapterInfo.read(self.options.model) if embedded_or(self.options.model) else AdapterInfo()
+        read = info.reading(variant=self.options.variant, **self.options.reading())
+        view = SetLLM(self.model, self.tokenizer, **read, exact=self.options.exact, batch_size=self.options.batch_size,
+                      allow_untested=self.options.allow_untested,
+                      origin=Origin.loaded(embedded_or(self.options.model), self.paths.get(name), info))
+        return view._switched(lambda: self.using(name))
+
+    @contextmanager
+    def using(self, name: str | None):
+        """The shared model switched to adapter ``name`` (None: every adapter off) and held
+        there until the block ends: a view on another thread waits (one adapter is active at
+        a time, and a forward must not see a switch halfway)."""
+        with self._lock:
+            self._activate(name)
+            yield self.model
+
+    def _activate(self, name: str | None) -> None:
+        if name == self._active:  # a switch walks every LoRA layer: only when it changes
+            return
+        lora = self.model.base_model
+        if name is None:
+            lora.disable_adapter_layers()
+        else:
+            lora.enable_adapter_layers()
+            self.model.set_adapter(name, inference_mode=True)
+        self._active = name

@@ -1,0 +1,89 @@
+"""The server over one base model and several adapters (an AdapterBank): a request names its
+adapter (field ``adapter``; OpenAI routes: ``model``) and gets the library view's scores (within
+1e-5: the server's model thread may run other kernels than the test's); an unknown name is a 404 listing what is served; ``setllm serve --adapter NAME=PATH``
+builds the bank."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from tiny import tiny_adapter
+
+from setllm import AdapterBank, mc_prompt, parse_markup
+from setllm.cli import build_parser
+from setllm.errors import InputError
+from setllm.serve import ServeConfig, create_app
+
+QUESTION, OPTIONS = "Which is a fruit?", ["apple", "dog", "car"]
+MARKUP = "Pick one:\n{{apple\n||dog\n}}Answer:"
+
+
+@pytest.fixture(scope="module")
+def bank(model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return AdapterBank.from_pretrained(model_dir, {n: tiny_adapter(model_dir, root / n, s) for s, n in enumerate(["a", "judge"], start=1)})
+
+
+@pytest.fixture
+def client(bank):
+    views = {name: bank[name] for name in [*bank.names, "base"]}
+    with TestClient(create_app(bank["a"], ServeConfig(), bank["judge"], views), raise_server_exceptions=False) as c:
+        yield c
+
+
+def library_scores(lm):
+    return [s.logprob for s in lm.score([mc_prompt(QUESTION, OPTIONS)], [OPTIONS])[0]]
+
+
+def test_a_request_reads_with_the_adapter_it_names(client, bank):
+    for name in ("a", "judge", "base"):
+        r = client.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS, "adapter": name})
+        assert r.status_code == 200 and r.json()["scores"] == pytest.approx(library_scores(bank[name]), abs=1e-5), name
+        assert r.json()["scores"] != pytest.approx(library_scores(bank["judge" if name == "a" else "a"]), abs=1e-3)
+    default = client.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS}).json()
+    assert default["scores"] == pytest.approx(library_scores(bank["a"]), abs=1e-5)  # the main adapter
+
+
+def test_judge_defaults_to_the_judge_adapter(client, bank):
+    body = {"instruction": "Name a colour.", "candidates": ["red", "a dog"]}
+    served = client.post("/v1/judge", json=body).json()
+    assert served["scores"] == pytest.approx(bank["judge"].judge(body["instruction"], body["candidates"]).scores, abs=1e-5)
+    other = client.post("/v1/judge", json={**body, "adapter": "a"}).json()
+    assert other["scores"] == pytest.approx(bank["a"].judge(body["instruction"], body["candidates"]).scores, abs=1e-5)
+    assert served["scores"] != pytest.approx(other["scores"], abs=1e-3)
+
+
+def test_the_openai_model_field_picks_the_adapter(client, bank):
+    models = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert models[1:] == ["a", "judge", "base"]
+    for name in ("judge", "base"):
+        r = client.post("/v1/completions", json={"model": name, "prompt": MARKUP, "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200 and r.json()["model"] == name
+        assert r.json()["choices"][0]["text"] == bank[name].generate(parse_markup(MARKUP), max_new_tokens=4)
+    generic = client.post("/v1/completions", json={"model": "setllm", "prompt": MARKUP, "max_tokens": 4, "temperature": 0})
+    assert generic.json()["choices"][0]["text"] == bank["a"].generate(parse_markup(MARKUP), max_new_tokens=4)
+
+
+def test_an_unknown_adapter_is_a_404_naming_what_is_served(client):
+    r = client.post("/v1/completions", json={"model": "jduge", "prompt": MARKUP, "max_tokens": 2})
+    assert r.status_code == 404 and "no adapter or model 'jduge'" in r.json()["error"] and "a, judge, base" in r.json()["error"]
+    assert client.post("/v1/score", json={"prompt": MARKUP, "adapter": "x"}).status_code == 404
+    assert client.get("/health").json()["adapters"] == {"a": client.app.state.service.adapters["a"].origin.adapter,
+                                                        "judge": client.app.state.service.adapters["judge"].origin.adapter, "base": None}
+
+
+def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
+    from setllm.cli.serve import served_models
+
+    x, y = tiny_adapter(model_dir, tmp_path / "x", 5), tiny_adapter(model_dir, tmp_path / "y", 6)
+    parser, _ = build_parser("serve")
+    args = parser.parse_args(["serve", "--model", model_dir, "--adapter", x, "--adapter", f"extra={y}"])
+    lm, judge, adapters = served_models(args)
+    assert list(adapters) == ["x", "extra", "base"] and lm is adapters["x"] and judge is None
+    assert adapters["extra"].origin.adapter == y and lm.model is adapters["extra"].model  # one copy of the weights
+    with pytest.raises(InputError, match="each NAME once"):
+        served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"e={x}", "--adapter", f"e={y}"]))
+    with pytest.raises(InputError, match="base is already the name"):
+        served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"base={x}"]))
+    plain, judge, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", x]))
+    assert adapters == {} and judge is None and plain.origin.adapter == x  # one adapter: merged, as every command reads it
