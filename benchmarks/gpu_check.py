@@ -115,9 +115,13 @@ def _device_name(device: torch.device) -> str:
 
 def build(name: str, run: Run, tokenizer):
     """A random-weight model of shape ``name`` (tiny under --smoke), on the run's device."""
+    return build_shape(*SHAPES[name], run, tokenizer)
+
+
+def build_shape(model_type: str, shape: dict, run: Run, tokenizer):
+    """A random-weight ``model_type`` model of ``shape`` (a config's sizes; tiny under --smoke)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    model_type, shape = SHAPES[name]
     shape = {**shape, **TINY} if run.smoke else dict(shape)
     shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer)) if not run.smoke else len(tokenizer)
     config = AutoConfig.for_model(model_type, **shape, max_position_embeddings=65536, bos_token_id=tokenizer.bos_token_id,
