@@ -18,12 +18,13 @@ from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import EncodedPrompt
 from .core.prompt import PromptLike, SetPrompt, as_prompt
-from .core.runtime import check_model, forward, use_auto_attention
+from .core.runtime import check_model, forward
 from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError
-from .loading import Origin, load_model
-from .loading.options import LoadOptions, apply_threads
+from .loading import Origin
+from .loading.model import load_as
+from .loading.options import LoadOptions
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
 from .policy import (
     Choice,
@@ -129,12 +130,7 @@ class SetLLM:
         """Load what ``options`` says (the one loader of the library, the CLI, the server and
         the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
         model, adapter, info = options.sources(kind)
-        apply_threads(options.threads)  # before loading: the adapter merge runs on them too
-        auto = options.attn == "auto"  # sdpa; flex attention for long prompts (runtime.LONG_PROMPT_TOKENS)
-        net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
-                              allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
-        if auto:
-            use_auto_attention(net)
+        net, tok = load_as(options, model, adapter)
         read = info.reading(variant=options.variant, **options.reading())
         return cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
                    allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))

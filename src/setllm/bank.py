@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 
 from .api import SetLLM
 from .errors import InputError
-from .loading import Origin, load_model
+from .loading import Origin
 from .loading.adapters import AdapterInfo, apply_adapter, check_adapter
-from .loading.options import LoadOptions, apply_threads
+from .loading.model import load_as
+from .loading.options import LoadOptions
 from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
 from .loading.sources import DEFAULT_MODEL
 
@@ -91,13 +92,7 @@ class AdapterBank:
             raise InputError("an adapter bank needs at least one adapter")
         base_name = model or DEFAULT_MODEL
         dirs = {n: check_adapter(p, base_name, options.allow_pickle, options.allow_base_mismatch) for n, p in paths.items()}
-        apply_threads(options.threads)
-        net, tok = load_model(model, None, dtype=options.torch_dtype, attn_implementation="sdpa" if options.attn == "auto" else options.attn,
-                              device=options.device, allow_pickle=options.allow_pickle)
-        if options.attn == "auto":
-            from .core.runtime import use_auto_attention
-
-            use_auto_attention(net)
+        net, tok = load_as(options, model, None)
         for name, adir in dirs.items():
             net = apply_adapter(net, adir, base_name, merge=False, name=name)
         net.eval()

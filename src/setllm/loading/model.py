@@ -66,6 +66,22 @@ def load_model(
     return net, tokenizer
 
 
+def load_as(options, model: str | None, adapter: str | None):
+    """``(model, tokenizer)`` as :class:`setllm.LoadOptions` say (threads, dtype, device,
+    attention: ``auto`` is sdpa, switched to flex attention for long prompts), with ``adapter``
+    merged (None: none): the one way the library, the CLI and the server load."""
+    from ..core.runtime import use_auto_attention
+    from .options import apply_threads
+
+    apply_threads(options.threads)  # before loading: the adapter merge runs on them too
+    auto = options.attn == "auto"
+    net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
+                          allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
+    if auto:
+        use_auto_attention(net)
+    return net, tok
+
+
 def safetensor_error() -> type[Exception]:
     from safetensors import SafetensorError
 
