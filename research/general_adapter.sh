@@ -50,6 +50,8 @@
 # questions (documents: N_DOCS rows, gold first / middle / last) per subset seed 0 and 1; the
 # causal model over every ordering of PIQA and SIQA and 6 seeded ones of ARC and CSQA (its
 # "random" accuracy is the mean over orderings).
+# TEMPLATES (default "modified held-out"): the multiple-choice templates evaluated; SEEDS
+# (default "0 1"): the subset seeds of eval and judge.
 # Repository root, venv active, ../shared/data present. Resumable: a finished step is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,11 +100,11 @@ mixed() {
 evaluate() {  # evaluate NAME ADAPTER VARIANT
   local name=$1 adapter=$2 variant=$3
   data
-  for seed in 0 1; do
+  for seed in ${SEEDS:-0 1}; do
     for ds in "${MC[@]}"; do
       local extra=()
       [ "$variant" = causal-pe ] && { [ "$ds" = arc_challenge ] || [ "$ds" = commonsense_qa ]; } && extra=(--max-orderings 6 --ordering-choice random)
-      for template in modified held-out; do
+      for template in ${TEMPLATES:-modified held-out}; do
         local out=$RUNS/eval/$name/$ds-$template-s$seed
         [ -f "$out/summary.json" ] && continue
         run setllm eval --dataset "$ds" --data-dir "$DATA" --limit "$N_EVAL" --subset-seed "$seed" --template "$template" \
@@ -221,7 +223,7 @@ rank_choose() {  # rank_choose NAME DATA: the rank stage on DATA questions from 
 
 judge() {  # judge NAME ADAPTER VARIANT: UltraFeedback test pairs in the held-out judge prompt, read with `mean`
   local seed out
-  for seed in 0 1; do
+  for seed in ${SEEDS:-0 1}; do
     out=$RUNS/eval/$1/ultrafeedback-pairs-held-out-s$seed
     [ -f "$out/summary.json" ] || run setllm eval --dataset ultrafeedback-pairs --data-dir "$DATA" --template held-out \
       --limit "$N_JUDGE" --subset-seed "$seed" --adapter "$2" --variant "$3" --readout mean --seed 0 ${MODEL:+--model "$MODEL"} \

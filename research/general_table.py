@@ -1,7 +1,7 @@
 """The general grid: each evaluated model on every task and format, subset seeds 0 and 1.
 
 Reads the ``summary.json`` files ``research/general_adapter.sh eval NAME ...`` writes
-(``RUNS/eval/NAME/<task>-<template>-s<seed>``, documents ``kv8-held-out-s<seed>``, the judge
+(``RUNS/eval/NAME/<task>-<template>-s<seed>``, documents ``kv<k>-held-out-s<seed>``, k = 8, 10, 20, the judge
 ``ultrafeedback-pairs-held-out-s<seed>``) and prints
 one markdown row per task and format, one column per NAME and seed: the ``random`` accuracy
 (the mean over orderings, or over gold positions for documents, or over both orders of a
@@ -49,8 +49,8 @@ def seed_label(seed: str) -> str:
 def rows() -> list[tuple[str, str]]:
     """(label, run folder stem without the seed) in table order."""
     out = [(f"{col}, {fmt}", f"{task}-{template}") for task, col in TASKS.items() for template, fmt in FORMATS.items()]
-    return out + [("key-value documents, held-out phrasings", "kv8-held-out"),
-                  ("judge, UltraFeedback test pairs, held-out prompt", "ultrafeedback-pairs-held-out")]
+    docs = [(f"key-value documents ({k}), held-out phrasings", f"kv{k}-held-out") for k in (8, 10, 20)]
+    return out + docs + [("judge, UltraFeedback test pairs, held-out prompt", "ultrafeedback-pairs-held-out")]
 
 
 def multiple_choice(stem: str) -> bool:
@@ -105,7 +105,8 @@ def print_paired(runs: Path, a: str, b: str, seeds=SEEDS) -> None:
             if multiple_choice(stem):
                 for q in sa.keys() & sb.keys():
                     pooled[f"s{s}:{q}"].append(sa[q] - sb[q])
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        if set(cells) != {"-"}:
+            print(f"| {label} | " + " | ".join(cells) + " |")
     if pooled:
         mean, se, n = clustered(pooled)
         print(f"\nAll multiple-choice cells: {mean:+.2f} ± {se:.2f} points ({n} question-format pairs, {len(pooled)} questions)")
@@ -125,15 +126,18 @@ def print_by_task(runs: Path, names: list[str], seeds=SEEDS) -> None:
 
 
 def print_cost(runs: Path, names: list[str], seeds=SEEDS) -> None:
-    """What each reading cost on the cells it ran: seconds of scoring (its ``random`` mode: every
-    ordering a causal reading needs, one run for an invariant one) and the peak memory."""
-    print("| model | cells | scoring time (s) | peak memory (MB) |\n|---|---|---|---|")
+    """What each reading cost on the cells it ran: forward runs per question (every ordering a
+    causal reading needs, one for an invariant one; the measure that does not depend on the
+    machine), seconds of scoring (its ``random`` mode) and the peak memory."""
+    print("| model | cells | runs per question (mean over cells) | scoring time (s) | peak memory (MB) |\n|---|---|---|---|---|")
     for name in names:
         summaries = [json.loads((runs / name / folder(stem, s) / "summary.json").read_text()) for _, stem in rows() for s in seeds
                      if (runs / name / folder(stem, s) / "summary.json").is_file()]
+        per_question = [s["runs_per_question"]["random"] for s in summaries if "runs_per_question" in s]
+        mean_runs = f"{sum(per_question) / len(per_question):.2f}" if per_question else "-"
         seconds = sum(s["runtime_s"]["random"] for s in summaries)
         peak = max((s["peak_memory_mb"]["random"] for s in summaries), default=0.0)
-        print(f"| {name} | {len(summaries)} | {seconds:.1f} | {peak:.1f} |")
+        print(f"| {name} | {len(summaries)} | {mean_runs} | {seconds:.1f} | {peak:.1f} |")
 
 
 def main() -> None:
@@ -166,7 +170,9 @@ def main() -> None:
     print("| task, format | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")
     for label, stem in rows():
-        print(f"| {label} | " + " | ".join(cell(runs / n / folder(stem, s)) for s in seeds for n in names) + " |")
+        cells = [cell(runs / n / folder(stem, s)) for s in seeds for n in names]
+        if set(cells) != {"-"}:  # a row no NAME ran (e.g. documents at a size not asked) is left out
+            print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
