@@ -70,11 +70,12 @@ case "${1:-}" in
     derive ;;
   derive) derive ;;
   table)
+    seeds=${SEEDS:-0 1}; seeds=${seeds// /,}
     names=$(for r in "${READINGS[@]}" "${DERIVED[@]}"; do printf '%s,' "${r%% *}"; done)
-    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}"
+    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --seeds "$seeds"
     for r in "${READINGS[@]}" "${DERIVED[@]}"; do
-      [ "${r%% *}" = causal ] || python research/general_table.py --runs "$RUNS/eval" --paired "${r%% *},causal"
+      [ "${r%% *}" = causal ] || python research/general_table.py --runs "$RUNS/eval" --paired "${r%% *},causal" --seeds "$seeds"
     done
-    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --cost ;;
+    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --cost --seeds "$seeds" ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
