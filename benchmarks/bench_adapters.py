@@ -45,8 +45,10 @@ DOCUMENTS = "Documents:\n{{Document: The code for X is 41.\n||Document: The code
 
 def peak_rss_mb(proc: subprocess.Popen) -> float:
     """The child's peak RSS, reaped here (``Popen.wait`` would discard its rusage)."""
-    _, _, usage = os.wait4(proc.pid, 0)
-    proc.returncode = 0
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, -signal.SIGTERM):  # serve exits 0 on SIGTERM; anything else is a failed measurement
+        sys.exit(f"{proc.args}: exited with {proc.returncode}")
     return usage.ru_maxrss / 1024
 
 

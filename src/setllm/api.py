@@ -167,14 +167,15 @@ class SetLLM:
         ``exact`` to that variant's default unless ``exact`` is given too."""
         if "variant" in changes and "exact" not in changes:
             changes["exact"] = None
-        view = object.__new__(SetLLM)
-        view._init(self.model, self.tokenizer, dataclasses.replace(self.options, **changes), self.origin, self._switch)
-        return view
+        return self._view(dataclasses.replace(self.options, **changes), self._switch)
 
     def _switched(self, switch: Callable[[], AbstractContextManager]) -> SetLLM:
         """This view, running each computation inside ``switch()`` (:class:`setllm.AdapterBank`'s views)."""
+        return self._view(self.options, switch)
+
+    def _view(self, options: ReadOptions, switch) -> SetLLM:
         view = object.__new__(SetLLM)
-        view._init(self.model, self.tokenizer, self.options, self.origin, switch)
+        view._init(self.model, self.tokenizer, options, self.origin, switch)
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:

@@ -85,13 +85,18 @@ def served_models(args: argparse.Namespace):
     shipped = shipped_adapters() if options.adapter == "auto" and main is not None else {}
     if not named and len(shipped) < 2:
         return load_setllm(args, progress=False), None, {}
-    main_name = next((n for n, p in shipped.items() if p == main), None) if shipped else (Path(main).name if main else None)
-    clash = set(named) & ({*shipped, BASE} | ({main_name} if main_name else set()))
+    if shipped:  # the main adapter is one of them (auto: the choose one)
+        paths, main_name = dict(shipped), next(n for n, p in shipped.items() if p == main)
+    elif main:  # --adapter DIR beside NAME=PATH ones: served under its folder's name
+        main_name = Path(main).name
+        paths = {main_name: main}
+    else:  # --adapter none: the base model is the main one
+        paths, main_name = {}, None
+    clash = set(named) & {*paths, BASE}
     if clash:
         raise InputError(f"--adapter NAME=PATH: {', '.join(sorted(clash))} is already the name of a served adapter")
-    paths = {**shipped, **({main_name: main} if main and not shipped else {}), **named}
-    bank = AdapterBank.load(options, paths)
-    views = {name: bank[name] for name in [*paths, BASE]}
+    bank = AdapterBank.load(options, {**paths, **named})
+    views = {name: bank[name] for name in [*bank.names, BASE]}
     lm = views[main_name] if main_name else bank.base
     return lm, views.get("judge"), views
 

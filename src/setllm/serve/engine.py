@@ -363,8 +363,9 @@ class Engine:
 class Engines:
     """One :class:`Engine` per model behind one queue: ``"main"`` answers every route,
     ``"judge"`` (if there is one) the judge route, as ``setllm judge`` reads with its own
-    shipped adapter. A batch is split by model and each part run on its engine: a request
-    gets the bits it would get alone on that model (no forward mixes models).
+    shipped adapter, and any other name the requests that name it (the adapters of a
+    :class:`setllm.AdapterBank`). A batch is split by model and each part run on its engine:
+    a request gets the bits it would get alone on that model (no forward mixes models).
 
     A ``deferred`` engine is built on the model thread by its first request: a second copy
     of the model that one route reads costs neither start-up time nor memory until asked for.
@@ -408,8 +409,12 @@ class Engines:
         the model and its kernels (the first, the main one, has its LoRA layers on), and a
         deferred copy has the main model's shapes, which decide the kernels: their verdict
         is the main model's."""
-        weights = {id(e.lm.model): e for e in reversed(list(self.engines.values()))}  # the first engine of each wins
-        return [step for e in reversed(list(weights.values())) for step in e.batching_check(max_batch_size)]
+        checked, steps = set(), []
+        for engine in list(self.engines.values()):
+            if id(engine.lm.model) not in checked:
+                checked.add(id(engine.lm.model))
+                steps += engine.batching_check(max_batch_size)
+        return steps
 
     def identical_only(self, only: bool = True) -> None:
         self._identical_only = only
