@@ -7,7 +7,11 @@
     after the load); the difference is what scoring itself holds at its peak (activations,
     KV cache, logits);
 (c) head blocks: Set-LLM scoring with the option logits read in WIDE_HEAD_ROWS-row blocks
-    (what a vocabulary past WIDE_VOCAB gets) vs HEAD_ROWS-row blocks, alternating.
+    (what a vocabulary past WIDE_VOCAB gets) vs HEAD_ROWS-row blocks, alternating;
+(d) every order-invariant reading of the untrained model beside the base model's one forward
+    (causal-pe, options in the dataset's order): canonical order, Set-Based Prompting,
+    Set-LLM; time as in (a), peak memory as in (b), each over causal-pe's. The causal model's
+    mean or majority over k orderings costs k of its forwards.
 
 Usage: python benchmarks/bench_family.py --model gemma3-270m [--dataset piqa --n 40 --subset-seed 1]
        [--repeats 3] [--json FILE]
@@ -29,6 +33,7 @@ from setllm import SetLLM, mc_prompt
 from setllm.tasks import get_task, load_records
 
 VARIANTS = ("causal-pe", "setmask-setpe")
+READINGS = ("causal-pe", "canonical", "sbp", "setmask-setpe")
 
 
 def questions(dataset: str, data_dir: str, n: int, seed: int):
@@ -59,14 +64,17 @@ def child(args) -> None:
     print(json.dumps({"variant": args.child, "rss_after_load_mb": loaded, "peak_rss_mb": status_mb("VmHWM")}))
 
 
+def peak(args, variant: str) -> dict:
+    """:func:`child` for ``variant`` in a process of its own: RSS after load, peak while scoring, their difference (MB)."""
+    cmd = [sys.executable, __file__, "--child", variant, "--dataset", args.dataset, "--data-dir", args.data_dir,
+           "--n", str(args.n), "--subset-seed", str(args.subset_seed)] + (["--model", args.model] if args.model else [])
+    rec = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    out = {k: round(x, 1) for k, x in rec.items() if k != "variant"}
+    return out | {"scoring_mb": round(rec["peak_rss_mb"] - rec["rss_after_load_mb"], 1)}
+
+
 def memory(args) -> dict:
-    out = {}
-    for v in VARIANTS:
-        cmd = [sys.executable, __file__, "--child", v, "--model", args.model, "--dataset", args.dataset, "--data-dir", args.data_dir,
-               "--n", str(args.n), "--subset-seed", str(args.subset_seed)]
-        rec = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-        out[v] = {k: round(x, 1) for k, x in rec.items() if k != "variant"}
-        out[v]["scoring_mb"] = round(rec["peak_rss_mb"] - rec["rss_after_load_mb"], 1)
+    out = {v: peak(args, v) for v in VARIANTS}
     s, c = out["setmask-setpe"], out["causal-pe"]
     out["ratio_peak_setllm_over_base"] = round(s["peak_rss_mb"] / c["peak_rss_mb"], 3)
     return out
@@ -99,6 +107,16 @@ def head_blocks(args) -> dict:
             "vocab": lm.model.get_output_embeddings().weight.shape[0], "wide_rows": scoring.WIDE_HEAD_ROWS, "narrow_rows": scoring.HEAD_ROWS}
 
 
+def readings(args) -> dict:
+    lm = SetLLM.from_pretrained(args.model, adapter=None, variant="causal-pe", batch_size=8, progress=False)
+    views = {v: lm.with_variant(v) for v in READINGS}
+    prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
+    t = alternate({v: (lambda view=view: view.score(prompts, options)) for v, view in views.items()}, args.repeats)
+    mem = {v: peak(args, v) for v in READINGS}
+    return {v: {"seconds": round(t[v], 3), "time_over_causal": round(t[v] / t["causal-pe"], 3), **mem[v],
+                "peak_over_causal": round(mem[v]["peak_rss_mb"] / mem["causal-pe"]["peak_rss_mb"], 3)} for v in READINGS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="a --model name (default: the embedded SmolLM2)")
@@ -107,9 +125,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--subset-seed", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--parts", default="a,b", help="a: time, b: peak memory, c: head blocks")
+    ap.add_argument("--parts", default="a,b", help="a: time, b: peak memory, c: head blocks, d: every invariant reading")
     ap.add_argument("--json", help="also write the raw numbers here")
-    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=READINGS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -122,6 +140,8 @@ def main() -> None:
         report["b_peak_memory"] = memory(args)
     if "c" in parts:
         report["c_head_blocks"] = head_blocks(args)
+    if "d" in parts:
+        report["d_readings"] = readings(args)
     emit(report, args.json)
 
 

@@ -112,6 +112,32 @@ def print_paired(runs: Path, a: str, b: str, seeds=SEEDS) -> None:
         print(f"\nAll multiple-choice cells: {mean:+.2f} ± {se:.2f} points ({n} question-format pairs, {len(pooled)} questions)")
 
 
+def print_against(runs: Path, names: list[str], ref: str, seeds=SEEDS) -> None:
+    """One row per name: name minus ``ref`` question by question in every cell both ran, the
+    subset seeds pooled (a question drawn by both seeds is one cluster), then over all
+    multiple-choice cells: the view of :func:`print_paired` for many readings at once."""
+    stems = [(label, stem) for label, stem in rows() if any(scores(runs / ref / folder(stem, s)) for s in seeds)]
+    print("| reading - " + ref + " | " + " | ".join(label for label, _ in stems) + " | all multiple-choice cells |")
+    print("|---" * (len(stems) + 2) + "|")
+    for name in names:
+        out, pooled = [], defaultdict(list)
+        for _, stem in stems:
+            diffs = defaultdict(list)
+            for s in seeds:
+                sa, sb = scores(runs / name / folder(stem, s)), scores(runs / ref / folder(stem, s))
+                for q in (sa.keys() & sb.keys()) if sa and sb else ():
+                    diffs[q].append(sa[q] - sb[q])
+                    if multiple_choice(stem):
+                        pooled[q].append(sa[q] - sb[q])
+            out.append(pm(clustered(diffs)) if len(diffs) > 1 else "-")
+        out.append(pm(clustered(pooled)) if len(pooled) > 1 else "-")
+        print(f"| {name} | " + " | ".join(out) + " |")
+
+
+def pm(stat: tuple[float, float, int]) -> str:
+    return f"{round(stat[0], 2) + 0.0:+.2f} ± {stat[1]:.2f}"  # + 0.0: no "-0.00"
+
+
 def print_by_task(runs: Path, names: list[str], seeds=SEEDS) -> None:
     """Each name's mean accuracy per benchmark over its cells (every question-format-seed once)."""
     print("| model | " + " | ".join(f"{col}, mean of {len(FORMATS) * len(seeds)} cells" for col in TASKS.values()) + " |")
@@ -140,18 +166,34 @@ def print_cost(runs: Path, names: list[str], seeds=SEEDS) -> None:
         print(f"| {name} | {len(summaries)} | {mean_runs} | {seconds:.1f} | {peak:.1f} |")
 
 
+def print_invariance(runs: Path) -> None:
+    """What ``setllm eval --verify-invariance`` counted for each reading under ``runs`` (one
+    folder per reading, one run folder per cell): every ordering read unsorted, and how many
+    answers differ from the first ordering's."""
+    print("| reading | cell | questions | runs | answer changes | largest log-prob difference |\n|---|---|---|---|---|---|")
+    for path in sorted(runs.glob("*/*/summary.json")):
+        s = json.loads(path.read_text())
+        if "invariance_flips" in s:
+            print(f"| {path.parent.parent.name} | {path.parent.name} | {s['n']} | {s['invariance_runs']} | {s['invariance_flips']} "
+                  f"| {s['max_logprob_diff']:.2e} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default="runs/general/eval", help="the eval folder of general_adapter.sh")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--names", help="comma-separated NAMEs of `general_adapter.sh eval NAME ...`")
     group.add_argument("--paired", metavar="A,B", help="A minus B per cell, question by question")
+    group.add_argument("--invariance", action="store_true", help="the answer changes of the --verify-invariance runs under --runs")
+    p.add_argument("--against", metavar="REF", help="with --names: each NAME minus REF per task, the seeds pooled, one row per NAME")
     p.add_argument("--by-task", action="store_true", help="with --names: mean accuracy per benchmark over its cells (both templates, every seed)")
     p.add_argument("--cost", action="store_true", help="with --names: each NAME's scoring time and peak memory, summed / maxed over its cells")
     p.add_argument("--seeds", default="0,1", help="subset seeds, the columns; 'all': runs on a whole split (folders <task>-<template>-all)")
     args = p.parse_args()
-    if args.by_task and not args.names:
-        p.error("--by-task goes with --names")
+    if args.invariance:
+        return print_invariance(Path(args.runs))
+    if (args.by_task or args.against) and not args.names:
+        p.error("--by-task and --against go with --names")
     names = (args.names or args.paired).split(",")
     if args.paired and len(names) != 2:
         p.error("--paired takes two names: A,B")
@@ -164,6 +206,8 @@ def main() -> None:
         return print_paired(runs, *names, seeds)
     if args.by_task:
         return print_by_task(runs, names, seeds)
+    if args.against:
+        return print_against(runs, names, args.against, seeds)
     if args.cost:
         return print_cost(runs, names, seeds)
     heads = [f"{n}, {seed_label(s)}" for s in seeds for n in names]

@@ -9,15 +9,18 @@
 #                                       finished cell is skipped, a started one resumes)
 #   research/methods.sh derive [MODEL]  the readings with no run of their own: the causal model's
 #                                       majority vote over its orderings, and pick-the-longer (judge)
+#   research/methods.sh verify [MODEL]  every invariant reading on N_VERIFY (50) SIQA questions in
+#                                       all 6 orders, unsorted (--verify-invariance): answer changes
 #   research/methods.sh table [MODEL]   accuracy per cell, paired differences against the causal
-#                                       model's mean over orderings, and the cost of each reading
+#                                       model's mean over orderings (the seeds pooled), the cost of each reading, and
+#                                       the answer changes verify counted
 #
 # Readings: sbp (Set-Based Prompting), canonical (the base model on sorted elements),
 # setmask-setpe without an adapter (untrained Set-LLM), causal-pe (the base model; its "random"
 # accuracy is the mean over orderings: every ordering of PIQA and SIQA, 6 seeded ones of ARC and
 # CSQA; documents with the gold one first, in the middle and last), and for the embedded model
 # its shipped adapters (adapter auto). MODEL: a --model value (default: the embedded
-# SmolLM2-135M; e.g. gemma3-270m). Runs go to runs/methods/<model>/eval. N_EVAL (300), N_DOCS
+# SmolLM2-135M; e.g. gemma3-270m). Runs go to runs/methods/<model>/eval (verify's: .../verify). N_EVAL (300), N_DOCS
 # (30), N_JUDGE (100), TEMPLATES ("modified held-out") and SEEDS ("0 1") size the grid
 # (general_adapter.sh's variables). Repository root, venv active, DATA (../shared/data) present.
 set -euo pipefail
@@ -59,6 +62,17 @@ derive() {  # the causal model's majority vote per cell; pick-the-longer on the 
   true
 }
 
+verify() {  # every invariant reading, every ordering of N_VERIFY SIQA questions, unsorted: answer changes
+  local name adapter variant out
+  for reading in "${READINGS[@]}"; do
+    read -r name adapter variant <<< "$reading"
+    [ "$name" = causal ] && continue
+    out=$RUNS/verify/$name/social_iqa-held-out-s0
+    [ -f "$out/summary.json" ] || run setllm eval --dataset social_iqa --data-dir "$DATA" --limit "${N_VERIFY:-50}" --subset-seed 0 \
+      --template held-out --adapter "$adapter" --variant "$variant" --verify-invariance ${MODEL:+--model "$MODEL"} --out "$out" --no_progress
+  done
+}
+
 case "${1:-}" in
   run)
     for reading in "${READINGS[@]}"; do
@@ -69,13 +83,15 @@ case "${1:-}" in
     done
     derive ;;
   derive) derive ;;
+  verify) verify ;;
   table)
     seeds=${SEEDS:-0 1}; seeds=${seeds// /,}
     names=$(for r in "${READINGS[@]}" "${DERIVED[@]}"; do printf '%s,' "${r%% *}"; done)
     python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --seeds "$seeds"
-    for r in "${READINGS[@]}" "${DERIVED[@]}"; do
-      [ "${r%% *}" = causal ] || python research/general_table.py --runs "$RUNS/eval" --paired "${r%% *},causal" --seeds "$seeds"
-    done
-    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --cost --seeds "$seeds" ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+    others=$(for r in "${READINGS[@]}" "${DERIVED[@]}"; do [ "${r%% *}" = causal ] || printf '%s,' "${r%% *}"; done)
+    python research/general_table.py --runs "$RUNS/eval" --names "${others%,}" --against causal --seeds "$seeds"
+    python research/general_table.py --runs "$RUNS/eval" --names "${names%,}" --cost --seeds "$seeds"
+    [ -d "$RUNS/verify" ] && python research/general_table.py --runs "$RUNS/verify" --invariance
+    true ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

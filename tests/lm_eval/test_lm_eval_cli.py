@@ -53,6 +53,31 @@ def test_batch_size_auto_and_the_chat_template(model_dir, tmp_path, batch_size):
     assert sample["arguments"]["gen_args_0"]["arg_0"].startswith("<s><|user|>")
 
 
+@pytest.mark.parametrize("variant", ["sbp", "canonical"])
+def test_training_free_variants_answer_alike_with_the_options_reversed(model_dir, tmp_path, variant):
+    """The training-free invariant readings through lm-eval's own command line: every option's
+    log-likelihood the same bits whatever order the set comes in."""
+    rows = [json.loads(line) for line in (ROOT / FIXTURES / "records.jsonl").read_text().splitlines()]
+    flipped = [{**r, "choices": r["choices"][::-1], "label": len(r["choices"]) - 1 - r["label"]} for r in rows]
+    (tmp_path / "flipped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flipped))
+    yaml = (ROOT / FIXTURES / "set_task.yaml").read_text()
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "set.yaml").write_text(yaml)
+    flipped_yaml = yaml.replace("setllm_test_set", "setllm_test_flipped").replace(f"{FIXTURES}/records.jsonl", str(tmp_path / "flipped.jsonl"))
+    (tmp_path / "tasks" / "flipped.yaml").write_text(flipped_yaml)
+    run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},variant={variant}", "--tasks",
+                      "setllm_test_set,setllm_test_flipped", "--include_path", str(tmp_path / "tasks"), "--log_samples",
+                      "--output_path", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    given, flip = ({(s["doc"]["id"], a["arg_1"]): r[0] for s in samples(tmp_path / "out", task)
+                    for a, r in zip(s["arguments"].values(), s["resps"])} for task in ("setllm_test_set", "setllm_test_flipped"))
+    assert len(given) == 19 and given == flip
+
+
+def samples(out: Path, task: str) -> list[dict]:
+    return [json.loads(x) for x in next(out.rglob(f"samples_{task}_*.jsonl")).read_text().splitlines()]
+
+
 def test_a_bad_model_arg_is_one_line_and_exit_2(model_dir):
     run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},batch_size=0", "--tasks", "setllm_test_plain",
                       "--include_path", FIXTURES)
