@@ -170,7 +170,7 @@ def print_invariance(runs: Path) -> None:
     """What ``setllm eval --verify-invariance`` counted for each reading under ``runs`` (one
     folder per reading, one run folder per cell): every ordering read unsorted, and how many
     answers differ from the first ordering's."""
-    print("| reading | cell | questions | runs | answer changes | largest log-prob difference |\n|---|---|---|---|---|---|")
+    print("| reading | cell | questions | orderings compared with the first | answer changes | largest log-prob difference |\n|---|---|---|---|---|---|")
     for path in sorted(runs.glob("*/*/summary.json")):
         s = json.loads(path.read_text())
         if "invariance_flips" in s:

@@ -47,7 +47,9 @@ class LoadOptions:
     adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task "
                                                            "with the embedded model, read under an order-invariant variant (none under "
                                                            "the training-free sbp and canonical)", "metavar": "A"})
-    variant: str | None = field(default=None, metadata={"help": "variant; default: the adapter's, else setmask-setpe", "choices": list(VARIANTS)})
+    variant: str | None = field(default=None, metadata={"help": "how prompts are read (mask + positions); default: the adapter's, else "
+                                                                "setmask-setpe; sbp and canonical read the base model order-invariantly "
+                                                                "without training (docs/methods.md compares them)", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
                                                         f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda; default: CUDA if available", "metavar": "DEV"})
