@@ -100,8 +100,7 @@ def print_paired(runs: Path, a: str, b: str, seeds=SEEDS) -> None:
             if sa is None or sb is None:
                 cells.append("-")
                 continue
-            mean, se = paired(sa, sb)
-            cells.append(f"{round(mean, 2) + 0.0:+.2f} ± {se:.2f}")  # + 0.0: no "-0.00"
+            cells.append(pm(*paired(sa, sb)))
             if multiple_choice(stem):
                 for q in sa.keys() & sb.keys():
                     pooled[f"s{s}:{q}"].append(sa[q] - sb[q])
@@ -116,7 +115,8 @@ def print_against(runs: Path, names: list[str], ref: str, seeds=SEEDS) -> None:
     """One row per name: name minus ``ref`` question by question in every cell both ran, the
     subset seeds pooled (a question drawn by both seeds is one cluster), then over all
     multiple-choice cells: the view of :func:`print_paired` for many readings at once."""
-    stems = [(label, stem) for label, stem in rows() if any(scores(runs / ref / folder(stem, s)) for s in seeds)]
+    base = {(stem, s): scores(runs / ref / folder(stem, s)) for _, stem in rows() for s in seeds}
+    stems = [(label, stem) for label, stem in rows() if any(base[stem, s] for s in seeds)]
     print("| reading - " + ref + " | " + " | ".join(label for label, _ in stems) + " | all multiple-choice cells |")
     print("|---" * (len(stems) + 2) + "|")
     for name in names:
@@ -124,18 +124,19 @@ def print_against(runs: Path, names: list[str], ref: str, seeds=SEEDS) -> None:
         for _, stem in stems:
             diffs = defaultdict(list)
             for s in seeds:
-                sa, sb = scores(runs / name / folder(stem, s)), scores(runs / ref / folder(stem, s))
+                sa, sb = scores(runs / name / folder(stem, s)), base[stem, s]
                 for q in (sa.keys() & sb.keys()) if sa and sb else ():
                     diffs[q].append(sa[q] - sb[q])
                     if multiple_choice(stem):
                         pooled[q].append(sa[q] - sb[q])
-            out.append(pm(clustered(diffs)) if len(diffs) > 1 else "-")
-        out.append(pm(clustered(pooled)) if len(pooled) > 1 else "-")
+            out.append(pm(*clustered(diffs)[:2]) if len(diffs) > 1 else "-")
+        out.append(pm(*clustered(pooled)[:2]) if len(pooled) > 1 else "-")
         print(f"| {name} | " + " | ".join(out) + " |")
 
 
-def pm(stat: tuple[float, float, int]) -> str:
-    return f"{round(stat[0], 2) + 0.0:+.2f} ± {stat[1]:.2f}"  # + 0.0: no "-0.00"
+def pm(mean: float, se: float) -> str:
+    """A difference as the tables print it: signed, two decimals, its standard error."""
+    return f"{round(mean, 2) + 0.0:+.2f} ± {se:.2f}"  # + 0.0: no "-0.00"
 
 
 def print_by_task(runs: Path, names: list[str], seeds=SEEDS) -> None:

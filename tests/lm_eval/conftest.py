@@ -1,6 +1,10 @@
+import json
 import sys
+from pathlib import Path
 
 import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lm_eval"
 
 
 @pytest.fixture(autouse=True)
@@ -16,3 +20,18 @@ def restore_lm_eval(monkeypatch):
     monkeypatch.setattr(TaskFactory, "_load_full_config", TaskFactory._load_full_config)
     monkeypatch.setattr(ConfigurableTask, "download", ConfigurableTask.download)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
+
+
+@pytest.fixture
+def flipped_task():
+    """Writes into a folder ``setllm_test_flipped``: the set task (``set_task.yaml``) on its
+    records with every row's options reversed and its label moved along (flipped.yaml,
+    flipped.jsonl)."""
+    def write(folder: Path) -> None:
+        rows = [json.loads(line) for line in (FIXTURES / "records.jsonl").read_text().splitlines()]
+        flipped = [{**r, "choices": r["choices"][::-1], "label": len(r["choices"]) - 1 - r["label"]} for r in rows]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "flipped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flipped))
+        yaml = (FIXTURES / "set_task.yaml").read_text().replace("setllm_test_set", "setllm_test_flipped")
+        (folder / "flipped.yaml").write_text(yaml.replace("tests/fixtures/lm_eval/records.jsonl", str(folder / "flipped.jsonl")))
+    return write

@@ -4,7 +4,6 @@ own scoring and generation, set markup, lm-eval's ``--model hf``, and the comman
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest
@@ -154,12 +153,8 @@ def test_tasks_through_simple_evaluate(lm, tasks, at_root):
     assert all("\n" not in s["resps"][0][0] for s in out["samples"]["setllm_test_gen"])
 
 
-def test_set_task_gives_identical_results_with_options_permuted(lm, tmp_path, at_root):
-    rows = [json.loads(line) for line in (FIXTURES / "records.jsonl").read_text().splitlines()]
-    flipped = [{**r, "choices": r["choices"][::-1], "label": len(r["choices"]) - 1 - r["label"]} for r in rows]
-    (tmp_path / "flipped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flipped))
-    yaml = (FIXTURES / "set_task.yaml").read_text().replace("setllm_test_set", "setllm_test_flipped")
-    (tmp_path / "flipped.yaml").write_text(yaml.replace("tests/fixtures/lm_eval/records.jsonl", str(tmp_path / "flipped.jsonl")))
+def test_set_task_gives_identical_results_with_options_permuted(lm, tmp_path, at_root, flipped_task):
+    flipped_task(tmp_path)
     manager = TaskManager(include_path=[str(FIXTURES), str(tmp_path)], include_defaults=False)
     out = lm_eval.simple_evaluate(model=lm, tasks=["setllm_test_set", "setllm_test_flipped"], task_manager=manager, log_samples=True,
                                   bootstrap_iters=0)

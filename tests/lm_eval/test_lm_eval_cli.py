@@ -54,17 +54,11 @@ def test_batch_size_auto_and_the_chat_template(model_dir, tmp_path, batch_size):
 
 
 @pytest.mark.parametrize("variant", ["sbp", "canonical"])
-def test_training_free_variants_answer_alike_with_the_options_reversed(model_dir, tmp_path, variant):
+def test_training_free_variants_answer_alike_with_the_options_reversed(model_dir, tmp_path, variant, flipped_task):
     """The training-free invariant readings through lm-eval's own command line: every option's
     log-likelihood the same bits whatever order the set comes in."""
-    rows = [json.loads(line) for line in (ROOT / FIXTURES / "records.jsonl").read_text().splitlines()]
-    flipped = [{**r, "choices": r["choices"][::-1], "label": len(r["choices"]) - 1 - r["label"]} for r in rows]
-    (tmp_path / "flipped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flipped))
-    yaml = (ROOT / FIXTURES / "set_task.yaml").read_text()
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "set.yaml").write_text(yaml)
-    flipped_yaml = yaml.replace("setllm_test_set", "setllm_test_flipped").replace(f"{FIXTURES}/records.jsonl", str(tmp_path / "flipped.jsonl"))
-    (tmp_path / "tasks" / "flipped.yaml").write_text(flipped_yaml)
+    flipped_task(tmp_path / "tasks")  # lm-eval's command line takes one --include_path: the set task goes beside it
+    (tmp_path / "tasks" / "set.yaml").write_text((ROOT / FIXTURES / "set_task.yaml").read_text())
     run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},variant={variant}", "--tasks",
                       "setllm_test_set,setllm_test_flipped", "--include_path", str(tmp_path / "tasks"), "--log_samples",
                       "--output_path", str(tmp_path / "out"))
