@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +36,7 @@ from .policy import (
     verdict,
 )
 from .readouts import JudgeRow, candidate_scores, trained_readout
+from .sharing import model_lock
 from .tasks.documents import documents_prompt
 
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
@@ -92,14 +93,22 @@ class SetLLM:
     def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
-                            ("_switch", switch)):
+                            ("_switch", switch), ("_lock", model_lock(model))):
             object.__setattr__(self, name, value)
 
-    def _running(self) -> AbstractContextManager:
-        """The model to run, held for the computation: where several adapters share these
-        weights (a view of an :class:`setllm.AdapterBank`), switched to this view's adapter
-        and kept there until the computation ends."""
-        return nullcontext(self.model) if self._switch is None else self._switch()
+    @contextmanager
+    def _running(self):
+        """The model to run, held for the computation: no other view of these weights (on
+        another thread) runs until it ends, since a computation switches the shared model's
+        layers and attention while it runs (:mod:`setllm.sharing`); where several adapters
+        share the weights (a view of an :class:`setllm.AdapterBank`), switched to this view's
+        adapter and kept there until the computation ends."""
+        with self._lock:
+            if self._switch is None:
+                yield self.model
+            else:
+                with self._switch() as model:
+                    yield model
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SetLLM is immutable; use with_variant(...) or with_options({name}=...) for a new view")

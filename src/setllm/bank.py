@@ -20,7 +20,6 @@ depend on what else it serves.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from .loading.model import load_as
 from .loading.options import LoadOptions
 from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
 from .loading.sources import DEFAULT_MODEL
+from .sharing import model_lock
 
 BASE = "base"  # the name of the view with every adapter off
 _UNKNOWN = object()  # no switch made yet: the first one always runs
@@ -65,7 +65,7 @@ class AdapterBank:
 
     Build it with :meth:`from_pretrained` or :meth:`load`; index it by adapter name (or
     :data:`BASE`) for a :class:`setllm.SetLLM` view. Views are cheap and share everything;
-    views used from several threads take turns (each computation holds the bank's lock).
+    views used from several threads take turns (each computation holds the model's lock, :mod:`setllm.sharing`).
     """
 
     model: object
@@ -74,7 +74,6 @@ class AdapterBank:
     infos: dict[str, AdapterInfo]
     paths: dict[str, str]
     _active: object = field(default=_UNKNOWN, init=False)
-    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _views: dict[str, SetLLM] = field(default_factory=dict, init=False)
 
     @classmethod
@@ -129,7 +128,7 @@ class AdapterBank:
         """The shared model switched to adapter ``name`` (None: every adapter off) and held
         there until the block ends: a view on another thread waits (one adapter is active at
         a time, and a forward must not see a switch halfway)."""
-        with self._lock:
+        with model_lock(self.model):  # the lock every view of these weights takes (setllm.sharing)
             self._activate(name)
             yield self.model
 
