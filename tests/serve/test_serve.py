@@ -86,7 +86,8 @@ def test_health_and_metrics(lm):
         text = client.get("/metrics")
     assert health.status_code == 200
     assert health.json() | {"in_flight": 0} == {"status": "ok", "model": "setllm", "adapter": None, "judge_adapter": None, "adapters": {},
-                                                  "variant": "setmask-setpe", "exact": True, "max_batch_size": 8, "batching": "on", "queued": 0, "in_flight": 0}
+                                                  "variant": "setmask-setpe", "exact": True, "max_batch_size": 8, "batching": "on", "queued": 0, "in_flight": 0,
+                                                  "api_key": False}
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
     lines = text.text.splitlines()
     for expected in ('setllm_requests_total{endpoint="/v1/choose",status="200"} 1', 'setllm_requests_total{endpoint="/v1/choose",status="422"} 1',

@@ -8,12 +8,15 @@ command runs. Until ``serve`` is listed in :data:`setllm.cli.COMMANDS`, run it a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
 from .common import add_command, config_from_args, load_setllm, warn_if_untrained
@@ -55,7 +58,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    config = config_from_args(ServeConfig, args)
+    config = with_env_key(config_from_args(ServeConfig, args))
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install 'setllm[serve]'")
@@ -67,6 +70,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warn_if_untrained(lm, args)
     serve(create_app(lm, config, judge, adapters), config, sock)
     return 0
+
+
+def with_env_key(config: ServeConfig) -> ServeConfig:
+    """``--api-key``, else ``$SETLLM_API_KEY``; a server reachable from the network without
+    a key serves anyone who reaches it: said once at start."""
+    from ..serve.auth import ENV_VAR
+
+    if config.api_key is None and os.environ.get(ENV_VAR):
+        try:
+            config = dataclasses.replace(config, api_key=os.environ[ENV_VAR])
+        except InputError:
+            raise InputError(f"${ENV_VAR} must be non-empty, without leading or trailing spaces") from None
+    if config.api_key is None and not config.loopback:
+        warnings.warn(f"--host {config.host} makes the server reachable from the network without an API key: anyone who can "
+                      f"connect can use the model; set --api-key KEY (or ${ENV_VAR})", SetLLMWarning, stacklevel=2)
+    return config
 
 
 def served_models(args: argparse.Namespace):

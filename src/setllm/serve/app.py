@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from .. import __version__
 from ..errors import SetLLMError
-from . import openai
+from . import auth, openai, page
 from .config import ServeConfig
 from .errors import (
     ApiError,
@@ -56,6 +56,7 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=No
     app.state.service = service
     app.include_router(router)
     app.include_router(openai.router)
+    app.include_router(page.router)
     _install_error_handlers(app)
     app.middleware("http")(_track)
     return app
@@ -88,6 +89,9 @@ def _endpoint(request: Request) -> str:
 def _refusal(request: Request, service: Service) -> ApiError | None:
     if service.draining and request.url.path not in ALWAYS_OPEN:
         return ShuttingDown("server is shutting down")
+    denied = auth.refusal(request.url.path, request.headers.get("authorization"), service.config.api_key)
+    if denied:
+        return denied
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():

@@ -30,6 +30,9 @@ class ServeConfig:
         batch_check: score a probe alone and in batches (once per machine, in the background)
             and batch only identical requests if this machine gives other low bits in a batch
             (see docs/serving.md).
+        api_key: the key every route but ``/health`` and the page needs, as ``Authorization:
+            Bearer KEY`` (None: no key; ``setllm serve`` reads ``$SETLLM_API_KEY`` when the
+            flag is not given). Never printed.
     """
 
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on; 0.0.0.0 exposes the server to the network", "metavar": "ADDR"})
@@ -45,6 +48,9 @@ class ServeConfig:
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={
         "help": "check once per machine, in the background, that batching gives bit-identical scores here (--no-batch-check: trust it)"})
+    api_key: str | None = field(default=None, repr=False, metadata={
+        "help": "require 'Authorization: Bearer KEY' on every route but /health and the page at / (default: $SETLLM_API_KEY; unset: no key)",
+        "metavar": "KEY"})
 
     def __post_init__(self) -> None:
         _at_least("--port", self.port, 0)
@@ -64,6 +70,8 @@ class ServeConfig:
             raise InputError(f"--drain-s must be a number of seconds >= 0, got {self.drain_s!r}")
         if not self.host:
             raise InputError("--host must not be empty")
+        if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):
+            raise InputError("--api-key must be non-empty, without leading or trailing spaces")
 
     @property
     def loopback(self) -> bool:

@@ -1,4 +1,4 @@
-"""setllm's own endpoints (``/v1/choose``, ``/v1/score``, ``/v1/judge``, ``/v1/generate``)
+"""setllm's own endpoints (``/v1/choose``, ``/v1/score``, ``/v1/judge``, ``/v1/generate``, ``/v1/answer``)
 and the server's (``/health``, ``/metrics``); the OpenAI-compatible ones are in :mod:`.openai`.
 Each parses its body (pydantic), asks the :class:`Service`, and shapes the answer; errors
 are raised and become ``{"error": ...}`` in :mod:`.app`.
@@ -13,9 +13,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..core.generation import GenerationConfig
+from ..policy import option_list
+from ..tasks.documents import documents_prompt
 from .metrics import CONTENT_TYPE
 from .schemas import (
     ERRORS,
+    AnswerRequest,
+    AnswerResponse,
     ChooseRequest,
     ChooseResponse,
     GenerateRequest,
@@ -37,7 +41,7 @@ def service_of(request: Request) -> Service:
 @router.post("/v1/choose", response_model=ChooseResponse, responses=ERRORS)
 async def choose(body: ChooseRequest, request: Request) -> ChooseResponse:
     """Answer a multiple-choice question; the options are read as a set."""
-    options, best, scores = await service_of(request).choose(body.question, body.options, body.context, body.adapter)
+    options, best, scores = await service_of(request).choose(body.question, body.options, body.context, body.adapter, body.variant)
     return ChooseResponse(answer=options[best], index=best, scores=scores.logprobs)
 
 
@@ -46,14 +50,14 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     """Log-likelihood of each option as the response to a set prompt."""
     service = service_of(request)
     prompt = parse_prompt(body.prompt)
-    scores = await service.score(prompt, service.score_options(prompt, body.options), body.adapter)
+    scores = await service.score(prompt, service.score_options(prompt, body.options), body.adapter, body.variant)
     return ScoreResponse(scores=scores.logprobs)
 
 
 @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
 async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     """Which candidate response is best; no order or label bias (the candidates are a set)."""
-    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout, body.adapter)
+    ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout, body.adapter, body.variant)
     return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores)
 
 
@@ -61,8 +65,17 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
 async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
     """Generate a response to a set prompt."""
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop)
-    out = await service_of(request).generate(parse_prompt(body.prompt), config, adapter=body.adapter)
+    out = await service_of(request).generate(parse_prompt(body.prompt), config, adapter=body.adapter, variant=body.variant)
     return GenerateResponse(text=out.text)
+
+
+@router.post("/v1/answer", response_model=AnswerResponse, responses=ERRORS)
+async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
+    """Answer a question from documents read as one set (greedy, up to a newline: SetLLM.answer)."""
+    config = GenerationConfig(max_new_tokens=body.max_new_tokens, stop=["\n"])
+    prompt = documents_prompt(option_list(body.documents, "documents"), body.question)
+    out = await service_of(request).generate(prompt, config, adapter=body.adapter, variant=body.variant)
+    return AnswerResponse(answer=out.text.strip())
 
 
 @router.get("/health")

@@ -12,9 +12,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from ..core.variants import VARIANTS
 from ..readouts import DEFAULT_READOUT, READOUTS
 
 ReadoutName = Literal[tuple(READOUTS)]  # type: ignore[valid-type]  # 422 names the choices
+VariantName = Literal[tuple(VARIANTS)]  # type: ignore[valid-type]
 SEED_MAX = 2**63 - 1  # what torch.Generator.manual_seed takes
 PROMPT_HELP = 'a set prompt: markup text ("Q:\\n{{a\\n||b\\n}}Answer:") or a list of text and {"set": [...]} items'
 
@@ -42,6 +44,8 @@ class Request(BaseModel):
 
     adapter: str | None = Field(default=None, description="which adapter reads the request (GET /v1/models lists them); "
                                 "default: the main one (/v1/judge: the judge adapter, where the server holds one)")
+    variant: VariantName | None = Field(default=None, description="how the prompt is read (mask + positions), e.g. causal-pe for "
+                                        "the base model's reading; default: the adapter's own")
 
 
 class ChooseRequest(Request):
@@ -90,6 +94,16 @@ class GenerateRequest(Request):
 
 class GenerateResponse(BaseModel):
     text: str
+
+
+class AnswerRequest(Request):
+    documents: list[str] = Field(min_length=1, description="the documents, read as a set")
+    question: str = Field(min_length=1)
+    max_new_tokens: int = Field(default=32, ge=1)
+
+
+class AnswerResponse(BaseModel):
+    answer: str = Field(description="generated greedily up to a newline, as SetLLM.answer")
 
 
 class ErrorResponse(BaseModel):

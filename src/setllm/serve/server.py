@@ -92,8 +92,9 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
     service: Service = app.state.service
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    where = ("loopback only: other machines cannot connect (--host 0.0.0.0 exposes it, without authentication)" if config.loopback
-             else "reachable from the network; there is no authentication")
+    key = "requests need the API key" if config.api_key else "there is no authentication (--api-key KEY adds it)"
+    where = (f"loopback only: other machines cannot connect (--host 0.0.0.0 exposes it); {key}" if config.loopback
+             else f"reachable from the network; {key}")
     lm = service.lm
 
     judge = "" if service.judge_lm is lm else f"; /v1/judge: adapter {service.judge_lm.origin.adapter or 'none'}"

@@ -68,12 +68,13 @@ class Service:
         self._checking = 0  # steps of the batching check on the model thread now
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
 
+    def _new_engine(self, lm) -> Engine:
+        return Engine(lm, self.config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
+
     def _engines(self) -> Engines:
         """One engine per distinct model (views of one bank share its weights, not a forward);
         a name for a model already seen is an alias of its engine."""
-        def engine(lm) -> Engine:
-            return Engine(lm, self.config.max_prompt_tokens, on_forward=self.metrics.observe_batch)
-
+        engine = self._new_engine
         built, deferred, keys = {}, {}, {}
         self.aliases: dict[str, str] = {}
         self.models: dict[str, Any] = {}
@@ -89,7 +90,7 @@ class Service:
                 built[name] = engine(model)
         return Engines(built, deferred)
 
-    def engine_key(self, name: str | None, default: str = "main") -> str:
+    def engine_key(self, name: str | None, default: str = "main", variant: str | None = None) -> str:
         """The engine that reads a request naming ``name``: None, the served model's name or
         ``"setllm"`` mean ``default``, as any name does on a server with no adapters to pick
         from (an OpenAI client must send some ``model``); else an adapter's name, and an
@@ -99,7 +100,16 @@ class Service:
         key = self.aliases.get(name, name)
         if key not in self.engines:
             raise NotFound(f"no adapter or model {name!r} on this server; it serves: {', '.join(self.served)}")
-        return key
+        return key if variant is None else self._variant_engine(key, variant)
+
+    def _variant_engine(self, key: str, variant: str) -> str:
+        """The engine of model ``key`` read under ``variant`` (a request's ``variant``): a
+        ``with_variant`` view of the same weights, built on the model thread by its first
+        request, its own engine (a forward never mixes readings)."""
+        vkey = f"{key}@{variant}"
+        if vkey not in self.engines:
+            self.engines.deferred[vkey] = lambda: self._new_engine(self.engines._engine(key).lm.with_variant(variant))
+        return vkey
 
     def answered_by(self, name: str | None) -> str:
         """The ``model`` an OpenAI response names: the adapter the request picked, else the model's name."""
@@ -188,20 +198,21 @@ class Service:
         return self.in_flight == 0 and self._checking == 0 and self.batcher.idle()
 
     # -- work -------------------------------------------------------------------------------
-    async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None) -> Scores:
-        """``adapter``: the model a request named (None: the main one; see :meth:`engine_key`)."""
-        return await self.batcher.submit(ScoreJob(prompt, tuple(options), self.engine_key(adapter)))
+    async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None, variant: str | None = None) -> Scores:
+        """``adapter``: the model a request named (None: the main one; see :meth:`engine_key`);
+        ``variant``: the reading it asked for (None: that model's own)."""
+        return await self.batcher.submit(ScoreJob(prompt, tuple(options), self.engine_key(adapter, variant=variant)))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None,
-                     adapter: str | None = None) -> tuple[list[str], int, Scores]:
+                     adapter: str | None = None, variant: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores (the
         library's choice policy, :func:`setllm.policy.pick`)."""
         options = self.choices(options)
-        scores = await self.score(mc_prompt(question, options, context), options, adapter)
+        scores = await self.score(mc_prompt(question, options, context), options, adapter, variant)
         return options, pick(scores.option_scores(options)).index, scores
 
     async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None,
-                    readout: str | None = None, adapter: str | None = None) -> tuple[list[int], list[float]]:
+                    readout: str | None = None, adapter: str | None = None, variant: str | None = None) -> tuple[list[int], list[float]]:
         """The ranking (best first) and scores of candidate responses under ``readout``
         (:mod:`setllm.readouts`; default: the reading model's, as ``setllm judge``; that
         model: the judge's unless ``adapter`` names another); equal scores rank by candidate
@@ -209,15 +220,16 @@ class Service:
         self._check_count(candidates)
         row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
         key = self.engine_key(adapter, "judge")
-        scores = await self.batcher.submit(JudgeJob(row, get_readout(readout or self.models[key].judge_readout).name, key))
+        readout = get_readout(readout or self.models[key].judge_readout).name
+        scores = await self.batcher.submit(JudgeJob(row, readout, self.engine_key(adapter, "judge", variant)))
         return verdict(scores, list(row.candidates)).ranking, scores
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
-                       logprobs: int | None = None, echo: bool = False, adapter: str | None = None) -> Generated:
+                       logprobs: int | None = None, echo: bool = False, adapter: str | None = None, variant: str | None = None) -> Generated:
         """``field``: what the request calls ``max_new_tokens``, for the error message;
         ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`;
         ``adapter``: as :meth:`score`'s."""
-        key = self.engine_key(adapter)
+        key = self.engine_key(adapter, variant=variant)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
             raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
@@ -252,7 +264,8 @@ class Service:
         return {"status": "draining" if self.draining else "ok", "model": self.model_name, "adapter": o.adapter,
                 "judge_adapter": self.judge_lm.origin.adapter, "adapters": {n: m.origin.adapter for n, m in self.adapters.items()},
                 "variant": self.lm.variant.name, "exact": self.lm.exact, "max_batch_size": self.batcher.max_batch_size,
-                "batching": self.batching, "queued": self.batcher.queued, "in_flight": self.in_flight}
+                "batching": self.batching, "queued": self.batcher.queued, "in_flight": self.in_flight,
+                "api_key": self.config.api_key is not None}
 
     def gauges(self) -> dict[str, tuple[str, Any]]:
         b = self.batcher

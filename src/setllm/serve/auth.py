@@ -1,0 +1,38 @@
+"""``--api-key``: every route but ``/health`` and the playground page needs
+``Authorization: Bearer KEY``, as vLLM's ``--api-key`` and OpenAI's clients do it.
+
+The key is compared in constant time (:func:`hmac.compare_digest`), so the time of a refusal
+says nothing about how much of a guess was right. ``/health`` stays open (a load balancer
+probes it without a key; it says whether a key is needed), and so does the page at ``/``
+(a static file that holds nothing of the model: it asks for the key and sends it).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from .errors import ApiError
+
+OPEN_PATHS = frozenset({"/health", "/"})  # answered without a key
+ENV_VAR = "SETLLM_API_KEY"
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+    def __init__(self, message: str):
+        super().__init__(message, {"WWW-Authenticate": "Bearer"})
+
+
+def refusal(path: str, authorization: str | None, key: str | None) -> Unauthorized | None:
+    """Why a request for ``path`` with header ``authorization`` is refused (None: it may go on)."""
+    if key is None or path in OPEN_PATHS:
+        return None
+    if not authorization:
+        return Unauthorized("this server needs an API key: send the header 'Authorization: Bearer KEY'")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return Unauthorized(f"Authorization must be 'Bearer KEY', got a {scheme[:20]!r} header")
+    if not hmac.compare_digest(token.strip().encode(), key.encode()):
+        return Unauthorized("wrong API key")
+    return None
