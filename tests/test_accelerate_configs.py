@@ -224,7 +224,8 @@ def test_the_fsdp_config_trains_an_adapter_over_sharded_weights(base, reference,
         assert r["sharded"] == r["params"] and r["trainable"] == r["lora"] > 0  # every weight a DTensor; only LoRA trains
         assert "LlamaDecoderLayer" in r["fsdp_modules"]  # the transformer-layer wrap
         assert r["local_numel"] * 2 == r["numel"]  # each rank holds half (every dim of the tiny model is even)
-        assert r["base_dtypes"] == r["lora_dtypes"] == ["float32"]  # shards keep the dtype loaded; bf16 is for compute
+        # --bf16 LoRA loads the frozen base in bf16 (shards of half the bytes); LoRA stays fp32, the master weights
+        assert r["base_dtypes"] == ["bfloat16"] and r["lora_dtypes"] == ["float32"]
 
 
 @pytest.mark.multiprocess

@@ -75,11 +75,19 @@ def load_as(options, model: str | None, adapter: str | None):
 
     apply_threads(options.threads)  # before loading: the adapter merge runs on them too
     auto = options.attn == "auto"
-    net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn, device=options.device,
-                          allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
+    net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn,
+                          device=options.device or default_device(), allow_pickle=options.allow_pickle,
+                          allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
     if auto:
         use_auto_attention(net)
     return net, tok
+
+
+def default_device() -> str | None:
+    """Where a model goes when no device is named: the GPU where there is one (as
+    ``--device``'s help says; a model left on the CPU beside an idle GPU is a silent slowdown),
+    else where it loaded."""
+    return "cuda" if torch.cuda.is_available() else None
 
 
 def safetensor_error() -> type[Exception]:

@@ -15,6 +15,7 @@ Short names kept from earlier setllm versions are aliases: ``--out``, ``--lr``,
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,6 +130,7 @@ class TrainConfig(TrainingArguments):
         self._check_setllm_fields()
         self.use_cpu = self.use_cpu or not torch.cuda.is_available()
         super().__post_init__()
+        check_state_dict_type(fsdp_state_dict_type(self))
 
     def _check_setllm_fields(self) -> None:
         if not self.data.strip():
@@ -181,7 +183,54 @@ class TrainConfig(TrainingArguments):
     def specs(self) -> list[str]:
         return [s.strip() for s in self.data.split(",") if s.strip()]
 
+    @property
+    def precision(self) -> str:
+        """What the Trainer computes in: ``bf16``, ``fp16`` or ``fp32``. ``--bf16``/``--fp16``,
+        else the launcher's mixed precision (``accelerate launch`` with a config holding
+        ``mixed_precision: bf16``, as ``configs/accelerate/fsdp.yaml`` does, computes in bf16
+        without the flag): the rule by which the Trainer builds its accelerator."""
+        if self.bf16 or self.fp16:
+            return "bf16" if self.bf16 else "fp16"
+        return {"bf16": "bf16", "fp16": "fp16"}.get(os.environ.get("ACCELERATE_MIXED_PRECISION", "no"), "fp32")
+
+    @property
+    def base_dtype(self) -> torch.dtype:
+        """The dtype the base model is loaded in: bf16 when LoRA trains in bf16 (the frozen base
+        weights are only ever read in bf16 then, so fp32 copies would double what a GPU holds,
+        or FSDP shards); fp32 otherwise, and for a full fine-tune, whose weights are the master
+        weights the optimizer updates."""
+        return torch.bfloat16 if self.precision == "bf16" and not self.full_finetune else torch.float32
+
     def recorded(self) -> dict:
-        """What setllm.json records of this run: setllm's fields and the HF ones that shape it."""
+        """What setllm.json records of this run: setllm's fields and the HF ones that shape it;
+        ``bf16`` is whether the run computed in bf16, however that was asked for."""
         own = [f for f in self.__dataclass_fields__ if f not in TrainingArguments.__dataclass_fields__ and f not in ("resume", "overwrite")]
-        return {k: getattr(self, k) for k in [*own, *RECORDED_HF_FIELDS]}
+        return {k: getattr(self, k) for k in [*own, *RECORDED_HF_FIELDS]} | {"bf16": self.precision == "bf16"}
+
+
+# torch's StateDictType by value, as accelerate also reads FSDP_STATE_DICT_TYPE=1..3.
+STATE_DICT_TYPES = {"1": "FULL_STATE_DICT", "2": "LOCAL_STATE_DICT", "3": "SHARDED_STATE_DICT"}
+
+
+def fsdp_state_dict_type(cfg: TrainingArguments) -> str | None:
+    """How FSDP will save this run (None: no FSDP), resolved as the Trainer's accelerator
+    resolves it: the Trainer's own ``--fsdp_config``, else what ``accelerate launch`` put in the
+    environment, else accelerate's default (FSDP1: full; FSDP2: sharded)."""
+    plugin = getattr(cfg, "fsdp_plugin_args", None)
+    if cfg.fsdp and plugin:
+        kind = plugin.get("state_dict_type") or "FULL_STATE_DICT"
+    elif os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        default = "FULL_STATE_DICT" if os.environ.get("FSDP_VERSION", "1") == "1" else "SHARDED_STATE_DICT"
+        kind = os.environ.get("FSDP_STATE_DICT_TYPE") or default
+    else:
+        return None
+    return STATE_DICT_TYPES.get(str(kind), str(kind).upper())
+
+
+def check_state_dict_type(kind: str | None) -> None:
+    """Refuse, before anything loads, an FSDP run that would save shards: its checkpoints
+    and final save write each rank's slice of the weights, not an adapter setllm or PEFT can
+    load, and that would only show after the whole run."""
+    if kind is not None and kind != "FULL_STATE_DICT":
+        raise InputError(f"FSDP would save with {kind}: each rank's shard of the weights, not an adapter; set fsdp_state_dict_type: "
+                         "FULL_STATE_DICT in the accelerate config (configs/accelerate/fsdp.yaml does)")

@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..core.codec import Codec
 from ..core.runtime import check_length, check_model
 from ..core.variants import get_variant
@@ -62,7 +60,7 @@ def build_model(cfg: TrainConfig, model=None, tokenizer=None):
     """The base model (loaded from ``cfg.model`` unless given) with a fresh LoRA adapter,
     ``cfg.init_adapter`` continued, or all weights trainable (``full_finetune``)."""
     if model is None:
-        model, tokenizer = load_model(cfg.model, attn_implementation=cfg.attn, dtype=torch.float32)
+        model, tokenizer = load_model(cfg.model, attn_implementation=cfg.attn, dtype=cfg.base_dtype)
     model.train()
     if cfg.full_finetune:
         return model, tokenizer
@@ -250,13 +248,24 @@ def save(cfg: TrainConfig, trainer: SetLLMTrainer, tokenizer, n_examples: int, o
     summary = {
         "data": cfg.specs, "examples": n_examples, "steps": trainer.state.global_step, "final_loss": _final_loss(trainer, output),
         "train_runtime_s": output.metrics.get("train_runtime"), "tokens": trainer.tokens_seen,
-        "config": cfg.recorded(),
+        "config": cfg.recorded(), "precision": precision_used(trainer),
     }
     if cfg.init_adapter:  # the stages before this one: the file says what the adapter is, not only its last stage
         summary["init_training"] = training_record(cfg.init_adapter)
     # What the preference loss ranked, as the judge reads it: read so by default.
     readout = PREFERENCE_READOUTS[cfg.preference_score] if cfg.objective == "preference" else None
     AdapterInfo(cfg.model or DEFAULT_MODEL, cfg.variant, TEMPLATE, cfg.chat, eos=True, readout=readout).write(out, training=summary)
+
+
+def precision_used(trainer: SetLLMTrainer) -> dict:
+    """What the run computed in (the accelerator's mixed precision, however it was asked for:
+    ``--bf16`` or the launcher's config) and the dtype of the frozen base weights, read from
+    the trained model itself."""
+    compute = {"no": "fp32"}.get(str(trainer.accelerator.mixed_precision), str(trainer.accelerator.mixed_precision))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    frozen = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if not p.requires_grad})
+    trained = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad})
+    return {"compute": compute, "base_weights": ",".join(frozen) or None, "trained_weights": ",".join(trained) or None}
 
 
 def training_record(adapter_dir: str | Path) -> dict | None:
