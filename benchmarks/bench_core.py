@@ -5,8 +5,8 @@
 (c) Majority vote over all k! orderings (base model) vs one Set-LLM run.
 (d) A long prompt (32 documents x 128 tokens as one set): dense sdpa masks vs a flex BlockMask,
     memory of the mask and time of one attention op with SmolLM2's shapes.
-(e) Scoring with the shipped LoRA adapter kept as a PEFT wrapper vs merged into the weights
-    (what ``load_model`` does), and the largest change in an option's log-likelihood.
+(e) Scoring with the shipped LoRA adapter kept as a PEFT wrapper (what ``load_model`` does)
+    vs merged into the weights, and the largest change in an option's log-likelihood.
 
 Usage: python benchmarks/bench_core.py [--data-dir ../shared/data] [--n 16] [--repeats 3] [--parts a,b,c,d,e]
 Prints a markdown report; ``--json FILE`` also writes the raw numbers.
@@ -80,7 +80,7 @@ def bench_majority(lm: SetLLM, prompts, options, repeats):
 def bench_adapter_merge(prompts, options, repeats):
     base, tok = load_model(None)
     wrapped = SetLLM(load_adapter(base, str(default_adapter()), merge=False), tok, batch_size=8)
-    merged = SetLLM(load_model(None, str(default_adapter()))[0], tok, batch_size=8)
+    merged = SetLLM(load_model(None, str(default_adapter()), merge=True)[0], tok, batch_size=8)
     t = alternate({"peft_wrapper": lambda: wrapped.score(prompts, options), "merged": lambda: merged.score(prompts, options)}, repeats)
     diff = max(abs(a.logprob - b.logprob) for pa, pb in zip(wrapped.score(prompts, options), merged.score(prompts, options)) for a, b in zip(pa, pb))
     return {**t, "speedup": t["peft_wrapper"] / t["merged"], "max_abs_logprob_diff": diff}

@@ -1,6 +1,7 @@
 """One base model under several adapters (setllm.AdapterBank): each view reads as its
-adapter merged would, switching never leaks one adapter into another's scores, and the base
-view is the model with no adapter."""
+adapter loaded alone does (both unmerged: the same bits) and within rounding of it merged,
+switching never leaks one adapter into another's scores, and "base" is the model with
+no adapter."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ def scores(lm, question=QUESTION):
     return [s.logprob for s in lm.score([mc_prompt(*question)], [question[1]])[0]]
 
 
-def test_each_view_reads_as_its_adapter_merged(bank, model_dir, adapters):
+def test_each_view_reads_as_its_adapter_loaded_alone(bank, model_dir, adapters):
     for name, path in adapters.items():
-        net, tok = load_model(model_dir, path)  # the adapter merged into a copy of the weights
-        merged = SetLLM(net, tok, "setmask-setpe")
+        alone = SetLLM(*load_model(model_dir, path), "setmask-setpe")  # what the library, the CLI and lm-eval load
+        assert scores(bank[name]) == scores(alone)  # one computation: the same bits
+        merged = SetLLM(*load_model(model_dir, path, merge=True), "setmask-setpe")  # other rounding, the same function
         assert scores(bank[name]) == pytest.approx(scores(merged), abs=1e-4)
     assert scores(bank["a"]) != pytest.approx(scores(bank["b"]), abs=1e-3)  # the adapters differ, and so do their views
 
@@ -43,15 +45,28 @@ def test_switching_adapters_leaves_no_trace(bank):
     assert scores(bank["a"]) == first  # the same computation: the same bits
 
 
-def test_the_base_view_is_the_model_without_adapters(bank, model_dir):
+def test_the_base_view_is_the_base_model_and_none_is_no_adapter(bank, model_dir):
+    """``base`` means what it means everywhere in setllm: the model as it is, read causally
+    (``--variant causal-pe``); ``none`` is every adapter off under the bank's reading (``--adapter none``)."""
     net, tok = load_model(model_dir)
     scores(bank["a"])  # the last switch was to an adapter
-    assert scores(bank.base) == scores(SetLLM(net, tok, "setmask-setpe"))
+    assert bank.base is bank["base"] and bank.base.variant.name == "causal-pe" and bank["none"].variant.name == "setmask-setpe"
+    assert scores(bank.base) == scores(SetLLM(net, tok, "causal-pe"))
+    scores(bank["b"])
+    assert scores(bank["none"]) == scores(SetLLM(net, tok, "setmask-setpe"))
+
+
+def test_a_bank_is_a_mapping_of_its_views(bank):
+    assert list(bank) == ["a", "b", "none", "base"] == list(bank.keys()) and len(bank) == 4
+    assert all(name in bank for name in bank) and "c" not in bank and 0 not in bank and bank.get("c") is None
+    assert dict(bank) == {name: bank[name] for name in bank} and bank.names == ["a", "b"]
+    with pytest.raises(KeyError, match="it has: a, b, none, base"):
+        bank["c"]
 
 
 def test_views_stay_order_invariant(bank):
     question, options = QUESTION
-    for name in ("a", "b", "base"):
+    for name in ("a", "b", "none"):
         lm = bank[name]
         got = {tuple(round(s, 6) for s in sorted(scores(lm, (question, perm)))) for perm in (options, options[::-1], options[1:] + options[:1])}
         assert len(got) == 1, name
@@ -77,11 +92,11 @@ def test_bad_banks_are_refused_before_loading(model_dir, adapters, tmp_path):
         AdapterBank.from_pretrained(model_dir, {})
     with pytest.raises(InputError, match="'auto' names a shipped adapter"):
         AdapterBank.from_pretrained(model_dir, {"choose": "auto"})
-    with pytest.raises(InputError, match="other than 'base'"):
+    with pytest.raises(InputError, match="other than 'none' and 'base'"):
         AdapterBank.from_pretrained(model_dir, {"base": adapters["a"]})
     with pytest.raises(ModelLoadError, match="no adapter_config.json"):
         AdapterBank.from_pretrained(model_dir, {"x": str(tmp_path)})
-    with pytest.raises(KeyError, match="it has: base, a, b"):
+    with pytest.raises(KeyError, match="it has: a, b, none, base"):
         AdapterBank.from_pretrained(model_dir, adapters)["c"]
 
 

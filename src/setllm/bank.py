@@ -1,21 +1,25 @@
 """One copy of a base model's weights under several LoRA adapters.
 
-``SetLLM.from_pretrained(adapter=...)`` merges its one adapter into the weights: the fastest
-reading, but a second adapter then needs a second copy of the model (a 7B model in bf16: 14 GB
-each). An :class:`AdapterBank` loads the base once and keeps every adapter unmerged beside it
-(PEFT's multiple adapters); ``bank[name]`` is a :class:`setllm.SetLLM` view that switches the
-shared model to its adapter before each forward, read as that adapter was trained
-(``setllm.json``). Requests for different adapters never share a forward (the server splits a
-batch by adapter, as vLLM's LoRA serving batches per adapter).
+``SetLLM.from_pretrained(adapter=...)`` loads one adapter on its own copy of the model; a
+second adapter would need a second copy (a 7B model in bf16: 14 GB each). An
+:class:`AdapterBank` loads the base once and keeps every adapter beside it (PEFT's multiple
+adapters); ``bank[name]`` is a :class:`setllm.SetLLM` view that switches the shared model to
+its adapter before each forward, read as that adapter was trained (``setllm.json``). Requests
+for different adapters never share a forward (the server splits a batch by adapter, as vLLM's
+LoRA serving batches per adapter).
 
-An unmerged adapter computes ``W x + B (A x)`` where the merged one computes ``(W + B A) x``:
-the same function, other float rounding (for the shipped adapters, up to 5.7e-5 per token;
-measured by ``benchmarks/bench_adapters.py``). Within one bank the bits of a request do not
-depend on what else it serves.
+Every setllm surface reads an adapter unmerged, ``W x + B (A x)`` as it was trained, so a
+view gives the bits of ``SetLLM.from_pretrained(adapter=...)``, ``setllm choose`` and the
+lm-eval backend for the same adapter (merging, ``(W + B A) x``, is the same function in other
+float rounding: up to 5.7e-5 per token for the shipped adapters, ``benchmarks/bench_adapters.py``;
+``benchmarks/bench_merge.py`` measures what each reading costs). Within one bank the bits of a
+request do not depend on what else it serves.
 
     bank = AdapterBank.from_pretrained(adapters={"choose": "auto", "judge": "auto", "mine": "runs/x"})
     bank["mine"].choose("Which is a fruit?", ["apple", "dog"])
-    bank.base.score(...)       # the base model, every adapter off
+    bank["none"].score(...)    # every adapter off, read as the bank reads (``--adapter none``)
+    bank.base.score(...)       # the base model as it is: no adapter, read causally (``--variant causal-pe``)
+    list(bank)                 # every name a view is indexed by: the adapters', then "none" and "base"
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
 from .loading.sources import DEFAULT_MODEL
 from .sharing import model_lock
 
-BASE = "base"  # the name of the view with every adapter off
+NONE = "none"  # the view with every adapter off, read under the bank's variant (as ``--adapter none``)
+BASE = "base"  # the base model as it is: every adapter off, read causally (as ``--variant causal-pe`` everywhere)
+BASE_VARIANT = "causal-pe"
 _UNKNOWN = object()  # no switch made yet: the first one always runs
 
 
@@ -48,8 +54,8 @@ def resolve_adapters(adapters: Mapping[str, str], model: str | None) -> dict[str
     documents) is that shipped adapter (the embedded model only)."""
     out = {}
     for name, path in adapters.items():
-        if not name or name == BASE or "=" in name:
-            raise InputError(f"adapter name {name!r}: a non-empty name without '=', other than {BASE!r}")
+        if not name or name in (NONE, BASE) or "=" in name:
+            raise InputError(f"adapter name {name!r}: a non-empty name without '=', other than {NONE!r} and {BASE!r}")
         if path == "auto":
             if embedded_or(model) is not None or name not in SHIPPED_ADAPTERS or default_adapter(name) is None:
                 raise InputError(f"adapter {name}=auto: 'auto' names a shipped adapter of the embedded model "
@@ -60,11 +66,12 @@ def resolve_adapters(adapters: Mapping[str, str], model: str | None) -> dict[str
 
 
 @dataclass
-class AdapterBank:
+class AdapterBank(Mapping):
     """A PEFT-wrapped base model, its adapters by name, and how each is read.
 
     Build it with :meth:`from_pretrained` or :meth:`load`; index it by adapter name (or
-    :data:`BASE`) for a :class:`setllm.SetLLM` view. Views are cheap and share everything;
+    :data:`NONE`, :data:`BASE`) for a :class:`setllm.SetLLM` view. A read-only mapping:
+    iterating gives every name it can be indexed by (``dict(bank)``: name -> view). Views are cheap and share everything;
     views used from several threads take turns (each computation holds the model's lock, :mod:`setllm.sharing`).
     """
 
@@ -99,20 +106,29 @@ class AdapterBank:
 
     @property
     def names(self) -> list[str]:
+        """The adapters' names (without :data:`NONE` and :data:`BASE`)."""
         return list(self.paths)
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.paths or name == BASE
+    def __iter__(self):
+        return iter([*self.paths, NONE, BASE])
+
+    def __len__(self) -> int:
+        return len(self.paths) + 2
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.paths or name in (NONE, BASE)
 
     def __getitem__(self, name: str) -> SetLLM:
         if name not in self:
-            raise KeyError(f"no adapter {name!r} in this bank (it has: {', '.join([BASE, *self.paths])})")
+            raise KeyError(f"no adapter {name!r} in this bank (it has: {', '.join(self)})")
         if name not in self._views:
-            self._views[name] = self._view(None if name == BASE else name)
+            view = self._view(None if name in (NONE, BASE) else name)
+            self._views[name] = view.with_variant(BASE_VARIANT) if name == BASE else view
         return self._views[name]
 
     @property
     def base(self) -> SetLLM:
+        """The base model as it is: no adapter, read causally (what ``--variant causal-pe`` loads)."""
         return self[BASE]
 
     def _view(self, name: str | None) -> SetLLM:

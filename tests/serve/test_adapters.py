@@ -26,7 +26,7 @@ def bank(model_dir, tmp_path_factory):
 
 @pytest.fixture
 def client(bank):
-    views = {name: bank[name] for name in [*bank.names, "base"]}
+    views = dict(bank)
     with TestClient(create_app(bank["a"], ServeConfig(), bank["judge"], views), raise_server_exceptions=False) as c:
         yield c
 
@@ -36,10 +36,13 @@ def library_scores(lm):
 
 
 def test_a_request_reads_with_the_adapter_it_names(client, bank):
-    for name in ("a", "judge", "base"):
+    for name in ("a", "judge", "none", "base"):
         r = client.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS, "adapter": name})
         assert r.status_code == 200 and r.json()["scores"] == pytest.approx(library_scores(bank[name]), abs=1e-5), name
         assert r.json()["scores"] != pytest.approx(library_scores(bank["judge" if name == "a" else "a"]), abs=1e-3)
+        said = {k: r.json()[k] for k in ("adapter", "variant")}  # every answer says which reading answered
+        assert said == {"adapter": bank[name].origin.adapter, "variant": bank[name].variant.name}, name
+    assert bank["base"].variant.name == "causal-pe" and bank["none"].variant.name == "setmask-setpe"
     default = client.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS}).json()
     assert default["scores"] == pytest.approx(library_scores(bank["a"]), abs=1e-5)  # the main adapter
 
@@ -55,7 +58,7 @@ def test_judge_defaults_to_the_judge_adapter(client, bank):
 
 def test_the_openai_model_field_picks_the_adapter(client, bank):
     models = [m["id"] for m in client.get("/v1/models").json()["data"]]
-    assert models[1:] == ["a", "judge", "base"]
+    assert models[1:] == ["a", "judge", "none", "base"]
     for name in ("judge", "base"):
         r = client.post("/v1/completions", json={"model": name, "prompt": MARKUP, "max_tokens": 4, "temperature": 0})
         assert r.status_code == 200 and r.json()["model"] == name
@@ -66,10 +69,10 @@ def test_the_openai_model_field_picks_the_adapter(client, bank):
 
 def test_an_unknown_adapter_is_a_404_naming_what_is_served(client):
     r = client.post("/v1/completions", json={"model": "jduge", "prompt": MARKUP, "max_tokens": 2})
-    assert r.status_code == 404 and "no adapter or model 'jduge'" in r.json()["error"] and "a, judge, base" in r.json()["error"]
+    assert r.status_code == 404 and "no adapter or model 'jduge'" in r.json()["error"] and "a, judge, none, base" in r.json()["error"]
     assert client.post("/v1/score", json={"prompt": MARKUP, "adapter": "x"}).status_code == 404
     assert client.get("/health").json()["adapters"] == {"a": client.app.state.service.adapters["a"].origin.adapter,
-                                                        "judge": client.app.state.service.adapters["judge"].origin.adapter, "base": None}
+                                                        "judge": client.app.state.service.adapters["judge"].origin.adapter, "none": None, "base": None}
 
 
 def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
@@ -79,11 +82,11 @@ def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
     parser, _ = build_parser("serve")
     args = parser.parse_args(["serve", "--model", model_dir, "--adapter", x, "--adapter", f"extra={y}"])
     lm, judge, adapters = served_models(args)
-    assert list(adapters) == ["x", "extra", "base"] and lm is adapters["x"] and judge is None
+    assert list(adapters) == ["x", "extra", "none", "base"] and lm is adapters["x"] and judge is None
     assert adapters["extra"].origin.adapter == y and lm.model is adapters["extra"].model  # one copy of the weights
     with pytest.raises(InputError, match="each NAME once"):
         served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"e={x}", "--adapter", f"e={y}"]))
     with pytest.raises(InputError, match="base is already the name"):
         served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"base={x}"]))
     plain, judge, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", x]))
-    assert adapters == {} and judge is None and plain.origin.adapter == x  # one adapter: merged, as every command reads it
+    assert adapters == {} and judge is None and plain.origin.adapter == x  # one adapter, unmerged, as every command reads it

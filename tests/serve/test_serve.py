@@ -57,7 +57,7 @@ def test_generate_matches_the_library(lm):
         stopped = client.post("/v1/generate", json={"prompt": MARKUP, "max_new_tokens": 6, "stop": ["e"]})
     assert r.status_code == 200
     prompt = ["Pick one:\n", Set(["fox\n", "apple\n", "dog\n"]), "Answer:"]
-    assert r.json() == {"text": lm.generate(prompt, max_new_tokens=6)}
+    assert r.json() == {"text": lm.generate(prompt, max_new_tokens=6), "model": "setllm", "adapter": None, "variant": "setmask-setpe"}
     assert stopped.json()["text"] == lm.generate(prompt, max_new_tokens=6, stop=["e"])
 
 

@@ -91,8 +91,9 @@ def test_the_judge_copy_loads_with_the_first_judge_request(lm):
         before_judging = len(loads)
         judged = [client.post("/v1/judge", json=JUDGE).json() for _ in range(2)]
     assert health["judge_adapter"] == "judge-adapter" and before_judging == 0 and len(loads) == 1
+    assert [j["adapter"] for j in judged] == ["judge-adapter"] * 2  # the answer names the reading: the judge copy's
     with _started(create_app(lm, ServeConfig())) as client:  # the same weights, loaded up front
-        assert judged == [client.post("/v1/judge", json=JUDGE).json()] * 2
+        assert [{**j, "adapter": None} for j in judged] == [client.post("/v1/judge", json=JUDGE).json()] * 2
 
 
 def test_a_judge_copy_that_fails_to_load_fails_its_requests_only(lm):

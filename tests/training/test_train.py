@@ -213,7 +213,7 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
         want = SetLLM(model, tok, "prefix-setpe").logits(PARIS.prompt, "Paris")
     reloaded = SetLLM.from_pretrained(str(base), adapter=str(tmp_path / "run"))
     assert reloaded.variant.name == "prefix-setpe"  # from setllm.json, not the default
-    assert not hasattr(reloaded.model, "peft_config")  # LoRA merged into the weights for inference
+    assert hasattr(reloaded.model, "peft_config")  # LoRA kept beside the weights, as it was trained (every surface reads it so)
     torch.testing.assert_close(reloaded.logits(PARIS.prompt, "Paris"), want, atol=1e-5, rtol=1e-5)
     from peft import PeftModel  # plain PEFT loads the same weights
 
@@ -227,7 +227,7 @@ def test_saved_adapter_reloads_with_its_variant(tmp_path):
     lm = SetLLM.from_pretrained(str(base), adapter=str(shipped))
     assert lm.variant.name == "prefix-setpe"
     torch.testing.assert_close(lm.logits(PARIS.prompt, "Paris"), want, atol=2e-2, rtol=0)
-    # Scaled exports (WiSE-FT): S=0 is the base model bit for bit (the merged delta is exactly
+    # Scaled exports (WiSE-FT): S=0 is the base model bit for bit (the adapter's delta is exactly
     # zero), S=0.5 halves every B matrix and records the scale; outside [0, 1] is refused.
     none = export_adapter(tmp_path / "run", tmp_path / "s0", dtype="float32", scale=0.0)
     base_only = SetLLM.from_pretrained(str(base), variant="prefix-setpe")

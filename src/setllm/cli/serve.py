@@ -34,8 +34,9 @@ def add_parser(sub, name: str = "serve"):
     flag = next(a for a in p._actions if "--adapter" in a.option_strings)  # LoadOptions' flag, made repeatable here
     flag.__class__, flag.metavar = AdapterFlag, "A | NAME=PATH"
     flag.help += (". NAME=PATH (repeatable): one more adapter served beside it under NAME, on the same base weights; with "
-                  "the embedded model and 'auto', its shipped adapters are served as choose, judge and documents, and the "
-                  "base model as base")
+                  "the embedded model and 'auto', its shipped adapters are served as choose, judge and documents; every server with several adapters "
+                  "also serves none (no adapter, read as --adapter none) and base (the base model as it is, read causally: "
+                  "--variant causal-pe)")
     p.set_defaults(func=cmd_serve, named_adapters=[])
     return p
 
@@ -90,11 +91,12 @@ def with_env_key(config: ServeConfig) -> ServeConfig:
 
 def served_models(args: argparse.Namespace):
     """``(main model, judge model or None, adapters by name)``. One adapter (or none): the
-    model with it merged, as every other command reads it. Several (the embedded model's
-    shipped ones, or any named with NAME=PATH): one :class:`setllm.AdapterBank`, each
-    adapter unmerged on the one copy of the base weights; the main model is the main
-    adapter's view (``--adapter none``: the base model), the judge the ``judge`` adapter's."""
-    from ..bank import BASE, AdapterBank, shipped_adapters
+    model as every other command loads it. Several (the embedded model's shipped ones, or any
+    named with NAME=PATH): one :class:`setllm.AdapterBank` on one copy of the base weights;
+    the main model is the main adapter's view (``--adapter none``: the base model), the
+    judge the ``judge`` adapter's. Every adapter is read unmerged either way, as everywhere
+    in setllm: a request gets the library's bits."""
+    from ..bank import BASE, NONE, AdapterBank, shipped_adapters
 
     options = config_from_args(LoadOptions, args)
     named = dict(args.named_adapters)
@@ -109,15 +111,14 @@ def served_models(args: argparse.Namespace):
     elif main:  # --adapter DIR beside NAME=PATH ones: served under its folder's name
         main_name = Path(main).name
         paths = {main_name: main}
-    else:  # --adapter none: the base model is the main one
-        paths, main_name = {}, None
-    clash = set(named) & {*paths, BASE}
+    else:  # --adapter none: every adapter off, read as --adapter none reads everywhere
+        paths, main_name = {}, NONE
+    clash = set(named) & {*paths, NONE, BASE}
     if clash:
         raise InputError(f"--adapter NAME=PATH: {', '.join(sorted(clash))} is already the name of a served adapter")
     bank = AdapterBank.load(options, {**paths, **named})
-    views = {name: bank[name] for name in [*bank.names, BASE]}
-    lm = views[main_name] if main_name else bank.base
-    return lm, views.get("judge"), views
+    views = dict(bank)  # every adapter, then none and base
+    return views[main_name], views.get("judge"), views
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,14 +249,14 @@ def _portable_card(text: str, name: str) -> str:
     return front + text[end:]
 
 
-def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = True, *,
+def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = False, *,
                  base_model: str | None = None, allow_base_mismatch: bool = False):
     """Put a local PEFT adapter on ``model`` (safetensors only unless ``allow_pickle``).
 
-    ``merge`` folds the LoRA weights into the base weights: inference then runs a plain
-    transformers model (the same function up to float rounding, ~1e-5 in summed
-    log-likelihoods; ``benchmarks/bench_core.py --parts e`` measures time and difference).
-    ``merge=False`` keeps the PEFT wrapper.
+    By default the adapter stays unmerged (PEFT's wrapper), as every setllm surface reads it:
+    the function it was trained as. ``merge=True`` folds the LoRA weights into the base
+    weights (a plain transformers model; the same function up to float rounding, ~1e-5 in
+    summed log-likelihoods, other bits; ``benchmarks/bench_merge.py`` measures both).
 
     ``base_model`` names the model for the base-model check (default: the path or id it was
     loaded from, if it says); an adapter recorded for another base is refused unless
@@ -267,7 +267,7 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = 
     return apply_adapter(model, adir, name, merge)
 
 
-def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = True, name: str = "default"):
+def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = False, name: str = "default"):
     """PEFT's loading, its errors for an adapter that does not fit this model made one line
     (its own is a ``size mismatch`` line per tensor). On a model PEFT already wraps, the
     adapter is added beside the others under ``name`` (unmerged: they share the base weights)."""

@@ -27,8 +27,15 @@ def load_model(
     *,
     allow_base_mismatch: bool = False,
     progress: bool = False,
+    merge: bool = False,
 ):
     """Load ``(model, tokenizer)``; ``adapter`` is a local PEFT adapter directory.
+
+    The adapter stays unmerged (PEFT's LoRA layers, ``W x + B (A x)``): the function it was
+    trained as, and the one computation of every surface, an :class:`setllm.AdapterBank`'s
+    views included, so a request gets the same bits wherever it is read (merging gives
+    other float rounding; ``merge=True`` folds it in, for comparisons:
+    ``benchmarks/bench_merge.py`` measures both).
 
     ``allow_base_mismatch`` applies an adapter recorded as trained on another base model (with
     a warning) instead of refusing it. ``progress`` keeps transformers' progress bars (a
@@ -59,7 +66,7 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if adir is not None:
-        net = apply_adapter(net, adir, model or DEFAULT_MODEL)
+        net = apply_adapter(net, adir, model or DEFAULT_MODEL, merge)
     if device:
         net = net.to(device)
     net.eval()
@@ -69,11 +76,11 @@ def load_model(
 def load_as(options, model: str | None, adapter: str | None):
     """``(model, tokenizer)`` as :class:`setllm.LoadOptions` say (threads, dtype, device,
     attention: ``auto`` is sdpa, switched to flex attention for long prompts), with ``adapter``
-    merged (None: none): the one way the library, the CLI and the server load."""
+    on it, unmerged (None: none): the one way the library, the CLI and the server load."""
     from ..core.runtime import use_auto_attention
     from .options import apply_threads
 
-    apply_threads(options.threads)  # before loading: the adapter merge runs on them too
+    apply_threads(options.threads)  # before loading: loading and every forward run on them
     auto = options.attn == "auto"
     net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn,
                           device=options.device or default_device(), allow_pickle=options.allow_pickle,

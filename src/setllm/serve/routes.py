@@ -42,7 +42,7 @@ def service_of(request: Request) -> Service:
 async def choose(body: ChooseRequest, request: Request) -> ChooseResponse:
     """Answer a multiple-choice question; the options are read as a set."""
     options, best, scores = await service_of(request).choose(body.question, body.options, body.context, body.adapter, body.variant)
-    return ChooseResponse(answer=options[best], index=best, scores=scores.logprobs)
+    return ChooseResponse(answer=options[best], index=best, scores=scores.logprobs, **service_of(request).reading(body.adapter, variant=body.variant))
 
 
 @router.post("/v1/score", response_model=ScoreResponse, responses=ERRORS)
@@ -51,14 +51,14 @@ async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     service = service_of(request)
     prompt = parse_prompt(body.prompt)
     scores = await service.score(prompt, service.score_options(prompt, body.options), body.adapter, body.variant)
-    return ScoreResponse(scores=scores.logprobs)
+    return ScoreResponse(scores=scores.logprobs, **service.reading(body.adapter, variant=body.variant))
 
 
 @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
 async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     """Which candidate response is best; no order or label bias (the candidates are a set)."""
     ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout, body.adapter, body.variant)
-    return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores)
+    return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores, **service_of(request).reading(body.adapter, "judge", body.variant))
 
 
 @router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)
@@ -66,7 +66,7 @@ async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
     """Generate a response to a set prompt."""
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop)
     out = await service_of(request).generate(parse_prompt(body.prompt), config, adapter=body.adapter, variant=body.variant)
-    return GenerateResponse(text=out.text)
+    return GenerateResponse(text=out.text, **service_of(request).reading(body.adapter, variant=body.variant))
 
 
 @router.post("/v1/answer", response_model=AnswerResponse, responses=ERRORS)
@@ -75,7 +75,7 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, stop=["\n"])
     prompt = documents_prompt(option_list(body.documents, "documents"), body.question)
     out = await service_of(request).generate(prompt, config, adapter=body.adapter, variant=body.variant)
-    return AnswerResponse(answer=out.text.strip())
+    return AnswerResponse(answer=out.text.strip(), **service_of(request).reading(body.adapter, variant=body.variant))
 
 
 @router.get("/health")

@@ -54,7 +54,15 @@ class ChooseRequest(Request):
     context: str | None = None
 
 
-class ChooseResponse(BaseModel):
+class Reading(BaseModel):
+    """Which reading answered, in every answer: the fields ``setllm choose --json`` gives."""
+
+    model: str = Field(description="the base model served")
+    adapter: str | None = Field(description="the adapter's folder (null: no adapter)")
+    variant: str | None = Field(description="mask + positions the request was read under")
+
+
+class ChooseResponse(Reading):
     answer: str
     index: int = Field(description="position of the answer in the request's options")
     scores: list[float] = Field(description="log-likelihood of each option, in the request's order")
@@ -68,7 +76,7 @@ class JudgeRequest(Request):
                                        f"judge adapter was trained for, else {DEFAULT_READOUT}")
 
 
-class JudgeResponse(BaseModel):
+class JudgeResponse(Reading):
     best: int = Field(description="position of the best candidate in the request's list")
     ranking: list[int] = Field(description="all candidates, best first (positions in the request's list)")
     scores: list[float] = Field(description="each candidate's score under the readout (higher is better), in the request's order")
@@ -79,7 +87,7 @@ class ScoreRequest(Request):
     options: list[str] | None = Field(default=None, min_length=1, description="default: the elements of the prompt's only set")
 
 
-class ScoreResponse(BaseModel):
+class ScoreResponse(Reading):
     scores: list[float]
 
 
@@ -92,7 +100,7 @@ class GenerateRequest(Request):
     stop: list[str] = Field(default_factory=list, max_length=16)
 
 
-class GenerateResponse(BaseModel):
+class GenerateResponse(Reading):
     text: str
 
 
@@ -102,7 +110,7 @@ class AnswerRequest(Request):
     max_new_tokens: int = Field(default=32, ge=1)
 
 
-class AnswerResponse(BaseModel):
+class AnswerResponse(Reading):
     answer: str = Field(description="generated greedily up to a newline, as SetLLM.answer")
 
 

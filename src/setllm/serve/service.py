@@ -111,6 +111,16 @@ class Service:
             self.engines.deferred[vkey] = lambda: self._new_engine(self.engines._engine(key).lm.with_variant(variant))
         return vkey
 
+    def reading(self, name: str | None, default: str = "main", variant: str | None = None) -> dict[str, Any]:
+        """Which reading answers a request naming adapter ``name`` and ``variant``: the model,
+        the adapter's folder (None: no adapter) and the variant, the fields ``setllm choose
+        --json`` gives, so an answer says what computed it."""
+        key = self.engine_key(name, default)
+        model = self.models[key]
+        loaded = self.engines.engines[key].lm if key in self.engines.engines else model  # a deferred copy: once loaded
+        own = getattr(loaded, "variant", None)
+        return {"model": self.model_name, "adapter": model.origin.adapter, "variant": variant or (own.name if own else None)}
+
     def answered_by(self, name: str | None) -> str:
         """The ``model`` an OpenAI response names: the adapter the request picked, else the model's name."""
         return name if name in self.adapters else self.model_name

@@ -1,0 +1,80 @@
+"""The default server gives the library's bits: `setllm serve` with no flags holds the
+embedded model's shipped adapters on one copy of the weights (an AdapterBank, each adapter
+unmerged), and every other surface reads an adapter unmerged too, so `/v1/choose`,
+`SetLLM.from_pretrained().choose`, `setllm choose --json` and the lm-eval backend are one
+computation: the same bits, not the same within a tolerance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from tiny import run_cli
+
+from setllm import SetLLM
+from setllm.cli import build_parser
+from setllm.cli.serve import served_models
+from setllm.core.prompt import parse_markup
+from setllm.serve import ServeConfig, create_app
+
+pytestmark = pytest.mark.slow
+
+QUESTION, OPTIONS = "Which city is the capital of France?", ["Zurich", "Budapest", "Paris"]
+JUDGE = ("Name a colour.", ["Red.", "A dog."])
+
+
+@pytest.fixture(scope="module")
+def one_thread_here():
+    """One thread for every surface in this process: the thread count is part of the kernel
+    choice, and the same kernels are what make the same bits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def library(one_thread_here):
+    return SetLLM.from_pretrained()
+
+
+@pytest.fixture(scope="module")
+def server(one_thread_here):
+    lm, judge, adapters = served_models(build_parser("serve")[0].parse_args(["serve"]))
+    assert set(adapters) == {"choose", "judge", "documents", "base"}  # the default: a bank of the shipped adapters
+    with TestClient(create_app(lm, ServeConfig(), judge, adapters)) as client:
+        client.portal.call(client.app.state.service.settled)
+        yield client
+
+
+def test_the_default_server_gives_the_library_and_the_cli_the_same_bits(library, server, capsys):
+    want = [s.logprob for s in library.choose(QUESTION, OPTIONS).scores]
+    served = server.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS}).json()
+    assert served["scores"] == want and served["answer"] == "Paris"
+    code, out, _ = run_cli(capsys, "choose", QUESTION, "--options", *OPTIONS, "--json")
+    assert code == 0 and list(json.loads(out)["scores"].values()) == want
+
+
+def test_the_judge_route_gives_setllm_judge_s_bits(server, capsys):
+    judge = SetLLM.from_pretrained(kind="judge")
+    want = judge.judge(*JUDGE).scores
+    assert server.post("/v1/judge", json={"instruction": JUDGE[0], "candidates": JUDGE[1]}).json()["scores"] == want
+    code, out, _ = run_cli(capsys, "judge", JUDGE[0], "--candidates", *JUDGE[1], "--json")
+    assert code == 0 and json.loads(out)["scores"] == want
+
+
+def test_the_lm_eval_backend_gives_the_same_bits(library, server):
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
+    from setllm.lm_eval import SetLLMLM
+
+    context = "Question: Which city is the capital of France?\n\nChoices:\n{{Paris\n||Budapest\n||Zurich\n}}Answer:"
+    options = [" Paris", " Budapest", " Zurich"]
+    want = [s.logprob for s in library.score(parse_markup(context), [options])[0]]
+    backend = SetLLMLM().loglikelihood(
+        [Instance(request_type="loglikelihood", doc={}, arguments=(context, o), idx=i) for i, o in enumerate(options)], disable_tqdm=True)
+    served = server.post("/v1/score", json={"prompt": context, "options": options}).json()["scores"]
+    assert [b[0] for b in backend] == want == served
