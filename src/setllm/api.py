@@ -31,6 +31,7 @@ from .policy import (
     Verdict,
     check_candidates,
     check_choices,
+    check_text,
     option_list,
     pick,
     verdict,
@@ -217,6 +218,7 @@ class SetLLM:
         if _is_single_prompt(prompts) and not _nested(options):
             flat = None if options is None else [option_list(options, "options", empty=True)]
             return self._score_many([as_prompt(prompts)], flat, eos)[0]
+        _check_prompt_list(prompts, options)
         return self._score_many(_prompt_list(prompts), options, eos)
 
     def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None) -> list[list[scoring.OptionScore]]:
@@ -241,6 +243,9 @@ class SetLLM:
 
         ``normalize`` picks by mean per-token log-likelihood instead of the sum.
         """
+        check_text(question, "question")
+        if context is not None and not isinstance(context, str):
+            raise InputError(f"context must be text or None, got {type(context).__name__}")
         options = check_choices(options)
         scores = self.score([mc_prompt(question, options, context)], [options])[0]
         return pick(scores, normalize)
@@ -262,7 +267,8 @@ class SetLLM:
         """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-        judged = [JudgeRow(instr, tuple(check_candidates(c)), inp) for instr, c, inp in rows]
+        judged = [JudgeRow(check_text(instr, "instruction"), tuple(check_candidates(c)), _optional_text(inp, "input"))
+                  for instr, c, inp in rows]
         scores = candidate_scores(self.score, judged, readout or self.judge_readout)
         return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
 
@@ -284,11 +290,13 @@ class SetLLM:
         """Generate a response for one prompt (returns a string) or a list of prompts.
 
         Decoding options come as a :class:`GenerationConfig` or as its fields by keyword
-        (``max_new_tokens=32, temperature=0.7, ...``), as in transformers.
+        (``max_new_tokens=32, temperature=0.7, ...``), as in transformers, whose ``do_sample``
+        and ``stop_strings`` are taken too; any other transformers option is refused by name
+        (:func:`generation_config`).
         """
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
-        config = config or generation.GenerationConfig(**kwargs)
+        config = config or generation_config(**kwargs)
         single = _is_single_prompt(prompts)
         prompts = _prompt_list(prompts)
         out: list[str] = []
@@ -337,6 +345,56 @@ class SetLLM:
     def __repr__(self) -> str:
         o = self.options
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+# transformers' generate() names: those that map onto GenerationConfig, and how.
+_GREEDY = {"do_sample": False}
+_TRANSFORMERS_ONLY = ("num_beams", "top_k", "repetition_penalty", "max_length", "min_new_tokens", "num_return_sequences",
+                      "no_repeat_ngram_size", "length_penalty", "early_stopping", "eos_token_id", "pad_token_id")
+
+
+def generation_config(**kwargs) -> generation.GenerationConfig:
+    """A :class:`GenerationConfig` from keyword arguments, as transformers' ``generate`` takes
+    them: ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` (also
+    ``stop_strings``), and ``do_sample`` (False: greedy; True: sampling, at temperature 1
+    unless one is given). Any other transformers option is refused by name, in one line."""
+    if "stop_strings" in kwargs:
+        kwargs["stop"] = kwargs.pop("stop_strings")
+    if "do_sample" in kwargs:
+        sample = kwargs.pop("do_sample")
+        if not isinstance(sample, bool):
+            raise InputError(f"do_sample must be True or False, got {sample!r}")
+        temperature = kwargs.get("temperature")
+        if not sample:
+            if temperature not in (None, 0, 0.0):
+                raise InputError(f"do_sample=False decodes greedily; it contradicts temperature={temperature} (drop one)")
+            kwargs["temperature"] = 0.0
+        elif temperature is None:
+            kwargs["temperature"] = 1.0  # transformers' default temperature when sampling
+        elif temperature == 0:
+            raise InputError("do_sample=True samples; temperature=0 decodes greedily (drop one, or give temperature > 0)")
+    known = {f.name for f in dataclasses.fields(generation.GenerationConfig)}
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        what = "a transformers option setllm's decoding does not support" if unknown[0] in _TRANSFORMERS_ONLY else "an unknown option"
+        raise InputError(f"generate: {unknown[0]!r} is {what}; it takes {', '.join(sorted(known))}, do_sample and stop_strings")
+    return generation.GenerationConfig(**kwargs)
+
+
+def _optional_text(value, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{where} must be text or None, got {type(value).__name__}")
+    return value
+
+
+def _check_prompt_list(prompts, options) -> None:
+    """A list of plain strings is a list of prompts (one per string); given one flat list of
+    options, it was meant as one prompt: say how it was read, and the fix."""
+    if (isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, str) for p in prompts)
+            and options is not None and not _nested(options)):
+        raise InputError(f"a list of {len(prompts)} strings is read as {len(prompts)} prompts, which take one list of options "
+                         f"each (options=[[...], ...]); for one prompt, pass one string (markup: 'Q:\\n{{{{a\\n||b\\n}}}}Answer:') "
+                         f"or a list holding a Set (['Q:\\n', Set(['a\\n', 'b\\n']), 'Answer:'])")
 
 
 def _is_single_prompt(obj) -> bool:

@@ -84,6 +84,13 @@ def check_choices(options, where: str = "options") -> list[str]:
     return stripped
 
 
+def check_text(value, where: str) -> str:
+    """A question or an instruction: non-empty text (checked at the door, in one line)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{where} must be non-empty text, got {value!r}")
+    return value
+
+
 def option_list(options, where: str, empty: bool = False) -> list[str]:
     """Options as a list of strings (``empty``: blank text allowed); a bare string would be
     read one character per option."""
