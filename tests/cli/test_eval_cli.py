@@ -133,3 +133,21 @@ def test_a_model_with_no_adapter_is_said_to_read_untrained_set_llm(model_dir, tm
     assert main(args) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "has no shipped adapter: this is the untrained Set-LLM reading (setmask-setpe)" in warnings[0]
+
+
+def test_one_row_format_for_choose_and_eval(model_dir, tmp_path, capsys):
+    """`choose --input` names the options "options", eval's records "choices": each command reads both names, so
+    one file of labelled rows serves both (eval needs the label; choose ignores it)."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": "a", "question": "Q?", "options": ["x", "y"], "label": 0}\n{"id": "b", "question": "R?", "choices": ["u", "v"], "label": 1}\n')
+    code = main(["eval", "--data-file", str(data), "--model", str(model_dir), "--adapter", "none", "--out", str(tmp_path / "o"),
+                 "--modes", "single", "--no-progress"])
+    assert code == 0 and [json.loads(x)["id"] for x in (tmp_path / "o" / "predictions.jsonl").read_text().splitlines()] == ["a", "b"]
+    code = main(["choose", "--input", str(data), "--output", str(tmp_path / "answers.jsonl"), "--model", str(model_dir), "--no-progress"])
+    answers = [json.loads(x) for x in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert code == 0 and [(a["id"], len(a["scores"])) for a in answers] == [("a", 2), ("b", 2)]
+    capsys.readouterr()
+    data.write_text('{"id": "a", "question": "Q?", "options": ["x", "y"]}\n')
+    assert main(["eval", "--data-file", str(data), "--model", str(model_dir), "--adapter", "none", "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert "missing 'label'" in err and "setllm choose --input answers rows without one" in err

@@ -94,6 +94,16 @@ def test_malformed_json_and_wrong_routes(client_for_bad):
     assert r.status_code == 413 and r.json()["error"].startswith("request body is")
 
 
+def test_a_body_without_the_json_content_type_is_told_to_send_it(client_for_bad):
+    """curl -d sends application/x-www-form-urlencoded: the answer names the header, not "a valid dictionary"."""
+    body = b'{"question": "Which?", "options": ["a", "b"]}'
+    for headers, got in (({}, "no Content-Type"), ({"content-type": "application/x-www-form-urlencoded"}, "'application/x-www-form-urlencoded'")):
+        r = client_for_bad.post("/v1/choose", content=body, headers=headers)
+        assert r.status_code == 422 and r.json() == {"error": "the request body must be JSON sent with the header "
+                                                              f"'Content-Type: application/json' (got {got})"}
+    assert client_for_bad.post("/v1/choose", content=body, headers={"content-type": "application/json"}).status_code == 200
+
+
 def test_prompts_too_long_get_413(lm):
     long_question = "apple banana cherry " * 40 + "?"  # > 256 tokens, the tiny model's context
     with serving(lm, max_prompt_tokens=20) as client:

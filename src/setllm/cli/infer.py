@@ -117,8 +117,10 @@ def _choose_row(obj: object, where: str) -> dict:
     from ..io.records import DataError
     from ..policy import check_choices
 
+    if isinstance(obj, dict) and "options" not in obj and "choices" in obj:  # eval --data-file's name for them: one row format
+        obj = {**obj, "options": obj["choices"]}
     if not isinstance(obj, dict) or not isinstance(obj.get("question"), str) or "options" not in obj:
-        raise DataError(f"{where}: expected {{\"question\": str, \"options\": [str, ...], \"context\"?: str}}")
+        raise DataError(f"{where}: expected {{\"question\": str, \"options\" (or \"choices\"): [str, ...], \"context\"?: str}}")
     context = obj.get("context")
     if context is not None and not isinstance(context, str):
         raise DataError(f"{where}: 'context' must be a string")

@@ -1,6 +1,7 @@
 """Multiple-choice records and JSONL reading, shared by every task.
 
-Records are ``{"id", "question", "context"?, "choices": [...], "label": int}`` (what
+Records are ``{"id", "question", "context"?, "choices": [...], "label": int}`` (``"options"``
+is read as ``"choices"``, as ``setllm choose --input`` names them; what
 ``--data-dir D`` holds as ``D/<dataset>/<split>.jsonl``); where each benchmark's data comes from, and how a hub row becomes such a
 record, is its task file's business (:mod:`setllm.tasks`).
 """
@@ -32,9 +33,11 @@ def parse_record(obj: object, where: str, require_label: bool = True) -> MCRecor
     """Validate one JSON object as an :class:`MCRecord`; errors say ``where``."""
     if not isinstance(obj, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "choices" not in obj and "options" in obj:  # setllm choose --input's name for them: one row format for both
+        obj = {**obj, "choices": obj["options"]}
     for key in ("question", "choices"):
         if key not in obj:
-            raise DataError(f"{where}: missing field {key!r}")
+            raise DataError(f"{where}: missing field {key!r}{' (or its other name, options)' if key == 'choices' else ''}")
     choices = obj["choices"]
     if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c.strip() for c in choices):
         raise DataError(f"{where}: 'choices' must be a list of at least two non-empty strings")
@@ -42,7 +45,8 @@ def parse_record(obj: object, where: str, require_label: bool = True) -> MCRecor
         raise DataError(f"{where}: 'question' must be a string")
     label = obj.get("label")
     if label is None and require_label:
-        raise DataError(f"{where}: missing 'label' (an unlabelled split cannot be scored or trained on)")
+        raise DataError(f"{where}: missing 'label' (an unlabelled split cannot be scored or trained on; "
+                        "setllm choose --input answers rows without one)")
     if label is not None and (not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(choices)):
         raise DataError(f"{where}: 'label' must be an integer index into 'choices' (0..{len(choices) - 1}), got {label!r}")
     context = obj.get("context")

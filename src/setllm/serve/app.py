@@ -139,6 +139,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(as_api_error(exc))
 
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json" and not kind.endswith("+json"):  # FastAPI then reads no JSON body at all
+            return error_response(Unprocessable(f"the request body must be JSON sent with the header 'Content-Type: application/json' "
+                                                f"(got {repr(kind) if kind else 'no Content-Type'})"))
         return error_response(validation_error(list(exc.errors())))
 
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
