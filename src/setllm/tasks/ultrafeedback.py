@@ -101,7 +101,7 @@ def hub_rows() -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise DataError(f"loading from the hub needs `datasets` (pip install 'setllm[eval]'), or pass --data-dir D (or set {DATA_DIR_ENV}=D)") from None
+        raise DataError(f"loading from the hub needs `datasets` (pip install -e '.[eval]'), or pass --data-dir D (or set {DATA_DIR_ENV}=D)") from None
     try:
         return list(datasets.load_dataset(HUB[0], split=HUB[1]))
     except Exception as e:  # network, missing split, ...: one clear line for the user
