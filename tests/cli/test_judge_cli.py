@@ -16,7 +16,9 @@ def test_one_question_json_gives_indices_and_the_same_best_in_any_order(model_di
         verdicts.append((order, json.loads(out)))
     (a_order, a), (b_order, b) = verdicts
     assert isinstance(a["best"], int) and a_order[a["best"]] == b_order[b["best"]] and a["scores"] == b["scores"][::-1]
-    assert set(a) == {"best", "ranking", "scores"} and a["ranking"][0] == a["best"]
+    assert a["ranking"][0] == a["best"]
+    assert {k: a[k] for k in ("variant", "model", "adapter", "readout")} == {  # the reading, as choose --json says it
+        "variant": "setmask-setpe", "model": model_dir, "adapter": None, "readout": "likelihood"}
 
 
 def test_an_empty_response_is_judged_and_bad_rows_can_be_skipped(model_dir, capsys, tmp_path):

@@ -59,7 +59,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     announce(lm, args, "judge", args.readout)
     v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin, readout=args.readout)
     if args.json:  # indices into the candidates, as --input, the server and Python give them
-        print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores}, ensure_ascii=False))
+        print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores, "variant": lm.variant.name, "model": lm.origin.model,
+                          "adapter": lm.origin.adapter, "readout": args.readout or lm.judge_readout}, ensure_ascii=False))
     else:
         for i in v.ranking:
             print(f"{'*' if i == v.best else ' '} {v.scores[i]:10.4f}  {candidates[i]}")
