@@ -71,3 +71,31 @@ def test_the_hub_error_says_how_to_point_at_a_local_copy(monkeypatch):
         hub_rows(TASKS["social_iqa"], "validation")
     assert str(err.value).endswith("; pass --data-dir D or set SETLLM_DATA_DIR=D for a local copy "
                                    "(layout D/<dataset>/<split>.jsonl, setllm's record format, see docs/evaluation.md)")
+
+
+def test_training_from_an_unreachable_hub_fails_at_once_in_one_line(capsys, monkeypatch, tmp_path):
+    """`setllm train --data ultrafeedback,...` asks the hub once, as `setllm eval` does (one
+    ``hub_rows``), then lets `datasets` read only its cache: one error line, no ~30 s of retries."""
+    pytest.importorskip("datasets")
+    import datasets
+    import datasets.config
+
+    import setllm.tasks.base as base
+
+    monkeypatch.setattr(base, "hub_problem", lambda *a, **k: "unreachable (no network)")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # as when HF_HUB_OFFLINE is not set
+    seen = []
+
+    def load_dataset(path, *args, **kwargs):  # what a cache miss offline raises
+        seen.append((path, kwargs.get("split"), datasets.config.HF_HUB_OFFLINE))
+        raise ConnectionError("Couldn't reach the Hugging Face Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    for spec in ("ultrafeedback,arc_challenge", "ultrafeedback-judge"):
+        code = main(["train", "--data", spec, "--out", str(tmp_path / "run")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("error: could not load HuggingFaceH4/ultrafeedback_binarized split 'train' from the hub "
+                              "(the hub is unreachable (no network) and no copy is cached); pass --data-dir D")
+    assert seen == [("HuggingFaceH4/ultrafeedback_binarized", "train_prefs", True)] * 2  # offline: the cache only
+    assert not (tmp_path / "run").exists()

@@ -30,10 +30,8 @@ import re
 
 from ..core.prompt import Segment, Set, SetPrompt, template_prompt
 from ..io.records import DataError
-from .base import DATA_DIR_ENV
 
 NAME = "ultrafeedback"
-HUB = ("HuggingFaceH4/ultrafeedback_binarized", "train_prefs")
 
 
 _MARKERS = {  # kind -> an item line's start
@@ -95,15 +93,3 @@ def instruction_pair(obj: object, where: str) -> tuple[SetPrompt, str]:
     # The newline before "Answer:" goes with the instruction: a list at its end then has
     # every item ending alike.
     return template_prompt(["Question: ", *instruction_segments(instruction + "\n", response), "Answer:"]), response
-
-
-def hub_rows() -> list[dict]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(f"loading from the hub needs `datasets` (pip install -e '.[eval]'), or pass --data-dir D (or set {DATA_DIR_ENV}=D)") from None
-    try:
-        return list(datasets.load_dataset(HUB[0], split=HUB[1]))
-    except Exception as e:  # network, missing split, ...: one clear line for the user
-        raise DataError(f"could not load {HUB[0]} from the hub ({type(e).__name__}); pass --data-dir D or set {DATA_DIR_ENV}=D "
-                        f"for a local copy (D/ultrafeedback/<split>.jsonl)") from None

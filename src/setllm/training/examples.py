@@ -187,9 +187,8 @@ def load_examples(specs: list[str], data_dir: str | None = None, limit: int | No
 
 
 def _from_hub(spec: str, parse, skip_bad: bool, skipped: list[str]) -> list[Example]:
-    """Where the hub is reachable: the same records through ``datasets``."""
-    if spec == ULTRAFEEDBACK:
-        rows = ultrafeedback.hub_rows()
-    else:
-        rows = hub_rows(judge.PAIRS if spec == ULTRAFEEDBACK_JUDGE else TASKS[spec], "train")
+    """Where the hub is reachable: the same records through ``datasets`` (``hub_rows``: one
+    quick try of the hub first, so offline fails at once instead of retrying). Both UltraFeedback
+    specs read the pairs' train split, as both read ``ultrafeedback/`` locally."""
+    rows = hub_rows(judge.PAIRS if spec in (ULTRAFEEDBACK, ULTRAFEEDBACK_JUDGE) else TASKS[spec], "train")
     return parse_all(((f"{spec}[{i}]", obj) for i, obj in enumerate(rows)), parse, skip_bad, skipped)
