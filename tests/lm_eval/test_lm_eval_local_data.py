@@ -78,3 +78,43 @@ def test_offline_without_local_data_is_one_line_and_exit_2(model_dir):
     assert run.stderr.strip().splitlines()[-1] == (
         "error: lm-eval task piqa_set: could not load dataset baber/piqa (Couldn't reach 'baber/piqa' on the Hub (OfflineModeIsEnabled)); "
         "to read a local copy, set SETLLM_DATA_DIR=D holding D/piqa/<split>.jsonl in setllm's record format (see docs/lm_eval.md, 'Local data')")
+
+
+@pytest.mark.parametrize("data_dir", ["nowhere", None])
+def test_missing_data_is_refused_before_the_model_loads(monkeypatch, capsys, tmp_path, data_dir):
+    """lm-eval loads the model before the data: the data is checked first, so a run that
+    cannot have it says so in one line without loading a model (here, one that would fail)."""
+    from setllm.lm_eval import model
+    from setllm.lm_eval.__main__ import main
+
+    def load(*args, **kwargs):
+        raise AssertionError("the model loaded before the data was checked")
+
+    monkeypatch.setattr(model.SetLLM, "load", load)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if data_dir:
+        monkeypatch.setenv("SETLLM_DATA_DIR", str(tmp_path / data_dir))
+    else:
+        monkeypatch.delenv("SETLLM_DATA_DIR", raising=False)
+    assert main(["--model", "setllm", "--tasks", "piqa_set"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    want = (f"error: SETLLM_DATA_DIR: {tmp_path / 'nowhere' / 'piqa' / 'validation.jsonl'}: no such file" if data_dir
+            else "error: lm-eval task piqa_set: could not load dataset baber/piqa (Couldn't reach 'baber/piqa' on the Hub")
+    assert len(err) == 1 and err[0].startswith(want), err
+
+
+def test_a_tag_of_tasks_with_local_data_passes_the_check(monkeypatch):
+    """The check reads what the run will read: every task of the tag ``setllm_set`` has its
+    local split, so nothing is refused."""
+    from lm_eval.tasks import TaskManager
+
+    from setllm.lm_eval.__main__ import include_shipped_tasks
+    from setllm.lm_eval.local import check_data, install
+
+    monkeypatch.setenv("SETLLM_DATA_DIR", str(DATA))
+    include_shipped_tasks()
+    install()
+    check_data(TaskManager(), ["setllm_set"])
+    monkeypatch.setenv("SETLLM_DATA_DIR", str(DATA / "nowhere"))
+    with pytest.raises(DataError, match="arc_challenge_set"):  # the tag's first task, by name
+        check_data(TaskManager(), ["setllm_set"])

@@ -142,11 +142,25 @@ def read_prompt(args: argparse.Namespace):
     return from_json(text) if args.prompt_file.endswith(".json") else parse_markup(text.rstrip("\n"))
 
 
+def refuse_a_final_set(prompt, options: LoadOptions) -> None:
+    """The codec's refusal of a prompt that ends with a set (:meth:`setllm.core.codec.Codec.prepare`),
+    said before the model loads: it depends only on the reading the load will give. The answer
+    would be read from inside whichever element comes last; chat mode's template adds text after."""
+    from ..core.prompt import PromptError, Set
+    from ..core.variants import get_variant
+
+    read = options.planned_reading()
+    if isinstance(prompt.segments[-1], Set) and get_variant(read["variant"]).invariant and not read["chat"]:
+        raise PromptError("the prompt ends with a set: the response would be read from inside whichever element comes last; "
+                          "put text after the set, e.g. \"Answer:\"")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from ..core.generation import GenerationConfig
 
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)
+    refuse_a_final_set(prompt, config_from_args(LoadOptions, args))
     lm = load_setllm(args)
     announce(lm, args)
     text = lm.generate([prompt], config)[0]

@@ -10,7 +10,8 @@ found) is one line, naming the task, the dataset and how to point at local files
 lm-eval's traceback.
 
 :func:`install` patches lm-eval's task factory and ``ConfigurableTask.download`` for this
-process (idempotent); ``python -m setllm.lm_eval`` calls it, Python callers may too.
+process (idempotent); ``python -m setllm.lm_eval`` calls it, Python callers may too. On lm-eval's
+command line it also checks the tasks' data before the model loads (:func:`check_data`).
 """
 
 from __future__ import annotations
@@ -125,6 +126,53 @@ def install() -> None:
     with_local_data._setllm_local = True
     TaskFactory._load_full_config = with_local_data
     ConfigurableTask.download = one_line_download
+    check_data_before_the_model()
+
+
+def check_data_before_the_model() -> None:
+    """Make lm-eval's command line check its tasks' data (:func:`check_data`) as soon as it has
+    resolved their names: it loads the model first and the data after, so a missing dataset
+    would otherwise wait seconds for a model it never uses."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    process_tasks = EvaluatorConfig.process_tasks
+    if getattr(process_tasks, "_setllm_checked", False):
+        return
+
+    @functools.wraps(process_tasks)
+    def checked(self, metadata=None):
+        manager = process_tasks(self, metadata)
+        check_data(manager, [t for t in self.tasks if isinstance(t, str)])
+        return manager
+
+    checked._setllm_checked = True
+    EvaluatorConfig.process_tasks = checked
+
+
+def check_data(manager, names: list[str]) -> None:
+    """Each named task (a tag: each of its tasks) can get its data: its local files under
+    ``$SETLLM_DATA_DIR`` (checked as its config loads), or, where the hub cannot answer, a
+    cached copy (``datasets``' builder, offline: no data read). Else the :class:`DataError`
+    the download would raise later. A group's tasks are left to the download."""
+    from lm_eval.tasks._index import Kind
+
+    index = manager.task_index
+    entries = [index[n] for n in names if n in index]
+    tasks = [e for e in entries if e.kind is Kind.TASK] + [index[t] for e in entries if e.kind is Kind.TAG
+                                                            for t in sorted(e.tags) if t in index]
+    for entry in tasks:
+        cfg = manager._factory._load_full_config(entry)  # the local-data rule of install() applies here
+        path = cfg.get("dataset_path")
+        if (cfg.get("metadata") or {}).get(LOCAL_KEY) or _hub_problem(path) is None:
+            continue
+        import datasets
+        from datasets.exceptions import DatasetsError
+
+        try:
+            with datasets_offline(datasets, True):
+                datasets.load_dataset_builder(path, cfg.get("dataset_name"), **(cfg.get("dataset_kwargs") or {}))
+        except (OSError, DatasetsError) as e:
+            raise DataError(unloadable(cfg.get("task", entry.name), path, e)) from None
 
 
 def _hub_problem(path: str | None) -> str | None:

@@ -118,9 +118,7 @@ class LoadOptions:
         local = model is not None and Path(model).exists()
         if local:
             model = str(Path(model).resolve())
-        with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
-            warnings.simplefilter("ignore")
-            read = info.reading(variant=self.variant, **self.reading())
+        read = self.planned_reading(kind)
         h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
         if local:  # a folder or file retrained in place under the same path is another model
             h.update(local_model_fingerprint(Path(model)).encode())
@@ -134,6 +132,14 @@ class LoadOptions:
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
+
+    def planned_reading(self, kind: str = "choose") -> dict:
+        """``{"variant", "chat", "eos"}`` as :meth:`setllm.SetLLM.load` will read prompts (the
+        choices given, the rest from ``setllm.json``), found without loading a model: a check
+        that needs only these comes before the seconds of loading."""
+        with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
+            warnings.simplefilter("ignore")
+            return self.sources(kind)[2].reading(variant=self.variant, **self.reading())
 
 
 def apply_threads(threads: int | None = None) -> int | None:
