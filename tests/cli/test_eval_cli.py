@@ -151,3 +151,19 @@ def test_one_row_format_for_choose_and_eval(model_dir, tmp_path, capsys):
     assert main(["eval", "--data-file", str(data), "--model", str(model_dir), "--adapter", "none", "--out", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
     assert "missing 'label'" in err and "setllm choose --input answers rows without one" in err
+
+
+@pytest.mark.parametrize("variant", ["causal-pe", "setmask-setpe"])
+def test_judge_eval_prints_both_orders_and_position_bias(model_dir, tmp_path, capsys, variant):
+    """`eval --dataset ultrafeedback-pairs` prints what summary.json holds for a judge: the
+    swapped order's accuracy, position consistency and first-slot rate."""
+    args = ["eval", "--dataset", "ultrafeedback-pairs", "--data-dir", str(FIXTURES.parent / "data"), "--model", str(model_dir),
+            "--adapter", "none", "--variant", variant, "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(args) == 0
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"ultrafeedback-pairs test n={s['n']} {variant} (modified): single {s['accuracy']['single']:.2f}%")
+    assert line.endswith(f"; swapped {s['accuracy_swapped']:.2f}%, position consistency {s['position_consistency']:.2f}%, "
+                         f"first-slot rate {s['first_slot_rate']:.2f}%")
+    if variant == "setmask-setpe":  # invariant: one run per pair, the same pick in both orders
+        assert (s["position_consistency"], s["first_slot_rate"]) == (100.0, 50.0)

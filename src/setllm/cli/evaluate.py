@@ -96,6 +96,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _result_line(s: dict) -> str:
     acc = ", ".join(f"{m} {v:.2f}%" for m, v in s["accuracy"].items())
     extra = f"; answer changes across orderings: {s['invariance_flips']}/{s['invariance_runs']}" if "invariance_flips" in s else ""
+    if "position_consistency" in s:  # a judge: the swapped order and its position bias beside the data's order
+        extra += (f"; swapped {s['accuracy_swapped']:.2f}%, position consistency {s['position_consistency']:.2f}%, "
+                  f"first-slot rate {s['first_slot_rate']:.2f}%")
     template = f" ({s['template']})"
     if "accuracy_by_gold_position" in s:  # documents rows have no template: --template does not apply to them
         template = ""
