@@ -18,7 +18,7 @@ from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import EncodedPrompt
 from .core.prompt import PromptLike, SetPrompt, as_prompt
-from .core.runtime import check_model, forward
+from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError
@@ -317,8 +317,9 @@ class SetLLM:
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
         (``on_token()`` after each step: a caller's way to stop, by raising)."""
-        batch = collate(list(prompts), self.variant.positions, self.pad_id)
         with self._running() as model:
+            # A long prompt is read on flex attention, at a bucketed length (a bounded number of compiled shapes).
+            batch = collate(list(prompts), self.variant.positions, self.pad_id, length=prompt_length(model, max(map(len, prompts))))
             return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
@@ -332,9 +333,10 @@ class SetLLM:
         """Full-forward logits ``[N, V]`` over prompt (+ response) tokens, without a cache."""
         enc = self.encode(prompt)
         resp = [self.response_ids(prompt, response)] if response else None
-        batch = collate([enc], self.variant.positions, self.pad_id, responses=resp)
         with self._running() as model:
-            return forward(model, self.variant, batch.input_ids, batch.position_ids, batch.layout).logits[0].float()
+            n = len(enc) + (len(resp[0]) if resp else 0)
+            batch = collate([enc], self.variant.positions, self.pad_id, responses=resp, length=prompt_length(model, n))
+            return forward(model, self.variant, batch.input_ids, batch.position_ids, batch.layout).logits[0, -n:].float()
 
     def _chunks(self, n: int, what: str, size: int | None = None):
         size = size or self.batch_size

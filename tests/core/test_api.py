@@ -21,8 +21,8 @@ def test_generate_takes_one_prompt_or_a_list_and_keyword_options(lm):
     assert lm.generate(PROMPT, max_new_tokens=3) == lm.generate([PROMPT], max_new_tokens=3)[0]
     with pytest.raises(ValueError, match="either a GenerationConfig or keyword arguments"):
         lm.generate("x", GenerationConfig(), max_new_tokens=3)
-    with pytest.raises(TypeError):
-        lm.generate("x", max_new_tokenz=3)  # a misspelt option is not silently ignored
+    with pytest.raises(ValueError, match="'max_new_tokenz' is an unknown option"):
+        lm.generate("x", max_new_tokenz=3)  # a misspelt option is refused by name, not silently ignored
 
 
 def test_options_must_be_a_list_not_a_string(lm):

@@ -29,7 +29,7 @@ def test_one_prompt_with_a_flat_options_list_gives_flat_scores(lm):
     assert [a.logprob, b.logprob] == [s.logprob for s in flat]
     with pytest.raises(InputError, match="options must be a list of strings, got str"):
         lm.score(MARKUP, options="apple")
-    with pytest.raises(InputError, match=r"options\[0\] must be a list of strings"):
+    with pytest.raises(InputError, match=r"a list of 2 strings is read as 2 prompts"):
         lm.score([MARKUP, MARKUP], ["apple", "dog"])  # a list of prompts takes a list of options per prompt
 
 

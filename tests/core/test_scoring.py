@@ -57,7 +57,7 @@ def test_equals_the_unpadded_ladder_up_to_rounding(lm):
 def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm, monkeypatch):
     calls = []
     real = scoring._packed_prefill
-    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed: calls.append(len(packed.encs)) or real(model, packed))
+    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed, rows: calls.append(len(packed.encs)) or real(model, packed, rows))
     a, b = request(lm, 1), request(lm, 1, OPTIONS[::-1])
     got = run(lm, [a, b, a])
     assert calls == [1]  # one prefill, of the one distinct prompt
@@ -70,8 +70,21 @@ def test_many_prompts_share_one_packed_forward(lm, monkeypatch):
     monkeypatch.setattr(scoring, "_packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
     reqs = [request(lm, w) for w in range(4)]  # four prompt lengths, two prompt buckets
     run(lm, reqs)
-    assert len(calls) == 2  # one prefill of the four prompts, one forward of all their option rows
-    assert calls[0][0] == sum(len(r.prompt) for r in reqs)  # real tokens only: no padding goes through the layers
+    assert len(calls) == 1  # one forward: the four prompts and, after them, all their option rows
+    # Real tokens only (no padding goes through the layers): the prompts, then tokens 0..n-1 of each option.
+    assert calls[0][0] == sum(len(r.prompt) + sum(map(len, r.options)) for r in reqs)
+
+
+def test_rows_on_the_cache_score_the_bits_of_rows_in_the_prompts_forward(lm, monkeypatch):
+    """Rows past the first OPTION_TOKENS run on the prompts' cache: the same keys and values,
+    the same blocks, so the same bits as rows read in the prompts' own forward."""
+    reqs = [request(lm, w) for w in range(4)]
+    together = run(lm, reqs)
+    calls = []
+    real = scoring._packed_forward
+    monkeypatch.setattr(scoring, "_packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    monkeypatch.setattr(scoring, "OPTION_TOKENS", 5)
+    assert run(lm, reqs) == together and len(calls) > 2
 
 
 def test_greedy_flag_and_one_token_options(lm):
@@ -105,13 +118,13 @@ def test_an_empty_option_is_refused(lm):
 
 @pytest.mark.usefixtures("threads")
 def test_a_wide_vocabulary_reads_option_logits_in_wide_blocks_with_the_same_bits_alone(monkeypatch):
-    """Past WIDE_VOCAB words (Gemma 3: 262k) the option forwards take the head in blocks of
-    WIDE_HEAD_ROWS; a request still scores the same bits alone or with companions."""
+    """Past WIDE_VOCAB words (Gemma 3: 262k) the forwards that read option logits take the
+    head in blocks of WIDE_HEAD_ROWS; a request still scores the same bits alone or with companions."""
     lm = SetLLM(tiny_model("gemma3_text", vocab_size=scoring.WIDE_VOCAB + 100, hidden_size=64), tiny_tokenizer(), "setmask-setpe")
     head_rows = []
     real = scoring.fixed_row_linears
     monkeypatch.setattr(scoring, "fixed_row_linears", lambda model, rows, head: head_rows.append(head) or real(model, rows, head))
     reqs = [request(lm, w, ["a banana split", "dog", "a fox"]) for w in range(4)]
     alone = [run(lm, [r])[0] for r in reqs]
-    assert head_rows[:2] == [scoring.HEAD_ROWS, scoring.WIDE_HEAD_ROWS]  # prefill narrow, options wide
+    assert head_rows[0] == scoring.WIDE_HEAD_ROWS  # the prompts' forward reads the option rows too
     assert run(lm, reqs) == alone and run(lm, reqs[::-1]) == alone[::-1]

@@ -25,6 +25,9 @@ class Batch:
     layout: TokenLayout  # [B, N]
     next_positions: torch.Tensor  # [B] position of the first token after what is encoded
 
+    def to(self, device) -> Batch:
+        return Batch(self.input_ids.to(device), self.position_ids.to(device), self.layout.to(device), self.next_positions.to(device))
+
 
 def collate(
     prompts: Sequence[EncodedPrompt],
@@ -75,5 +78,5 @@ def response_steps(scheme: PositionKind, n: int) -> torch.Tensor:
 
 def continuation_layout(valid: torch.Tensor, positions: torch.Tensor) -> TokenLayout:
     """Layout of response tokens appended after a prompt: causal, outside any set."""
-    none = torch.full(valid.shape, NOT_IN_SET, dtype=torch.long)
+    none = torch.full(valid.shape, NOT_IN_SET, dtype=torch.long, device=valid.device)
     return TokenLayout(valid, torch.zeros_like(valid), none, none.clone(), positions.expand(valid.shape))

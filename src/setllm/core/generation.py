@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError
+from . import runtime
 from .batch import Batch, continuation_layout
-from .runtime import forward
 from .scoring import prefill
 from .variants import Variant
 
@@ -63,27 +63,48 @@ def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gene
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
 
 
+# Steps between two looks at the generated tokens from the host, per device type. On a GPU
+# the steps queue without waiting for the host (a look is a synchronisation), and a row that
+# stopped within a run of steps is cut by the caller; on the CPU nothing runs ahead, so it
+# looks after every step and never computes a step past the end.
+CHECK_EVERY = {"cpu": 1}
+DEVICE_CHECK_EVERY = 8
+
+
 @torch.no_grad()
 def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.Tensor, step: int):
-    """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch."""
+    """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch.
+    Everything stays on the device of ``batch`` (see :func:`setllm.core.runtime.step`)."""
     offset = 0 if variant.positions == "nope" else step
     positions = (batch.next_positions + offset)[:, None]
-    layout = batch.layout.cat(continuation_layout(torch.ones(len(token), 1, dtype=torch.bool), positions))
-    out = forward(model, variant, token[:, None].cpu(), positions, layout, cache=cache)
+    layout = batch.layout.cat(continuation_layout(torch.ones_like(positions, dtype=torch.bool), positions))
+    device = model.device
+    out = runtime.step(model, token[:, None].to(device), positions.to(device), layout.to(device), cache)
     return out.logits[:, -1], Batch(batch.input_ids, batch.position_ids, layout, batch.next_positions)
 
 
 @torch.no_grad()
 def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: GenerationConfig, stop_ids: set[int], generator=None):
-    """Yield ``[B]`` tokens until every row has hit a stop id or ``max_new_tokens``."""
+    """Yield ``[B, k]`` tokens on the host, ``k`` steps at a time (:data:`CHECK_EVERY`), until
+    every row has hit a stop id or ``max_new_tokens``. Tokens after a row's stop id are
+    still computed within a run of steps; the caller drops them."""
+    runtime.check_length(model.config, batch.layout.shape[1] + config.max_new_tokens,
+                         int(batch.next_positions.max()) + (0 if variant.positions == "nope" else config.max_new_tokens))
+    batch = batch.to(model.device)
+    every = CHECK_EVERY.get(model.device.type, DEVICE_CHECK_EVERY)
     done = torch.zeros(batch.input_ids.shape[0], dtype=torch.bool)
-    for step in range(config.max_new_tokens):
-        token = sample(logits, config, generator).cpu()
-        yield token, done.clone()
-        done |= torch.tensor([t in stop_ids for t in token.tolist()])
-        if done.all() or step == config.max_new_tokens - 1:
-            return
-        logits, batch = decode_one_token(model, variant, cache, batch, token, step)
+    pending: list[torch.Tensor] = []
+    for n in range(config.max_new_tokens):
+        token = sample(logits, config, generator)
+        pending.append(token)
+        if len(pending) == every or n == config.max_new_tokens - 1:
+            chunk = torch.stack(pending, 1).cpu()  # [B, k]: the one look from the host
+            pending = []
+            yield chunk
+            done |= torch.tensor([any(t in stop_ids for t in row) for row in chunk.tolist()])
+            if done.all() or n == config.max_new_tokens - 1:
+                return
+        logits, batch = decode_one_token(model, variant, cache, batch, token, n)
 
 
 @torch.no_grad()
@@ -115,17 +136,21 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
     stop_ids = _eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
-    stopped = [False] * len(tokens)
-    for token, done in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
-        for row, (t, d) in enumerate(zip(token.tolist(), done.tolist())):
-            if not d:
-                tokens[row].append(t)
-        if on_token is not None:
-            on_token()
-        if config.stop:
-            stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
-            if all(stopped):
-                break
+    ended = [False] * len(tokens)  # hit a stop id: later tokens are dropped
+    stopped = [False] * len(tokens)  # ended, or hit a stop string
+    with runtime.decoding(model):  # the attention of cached steps, switched to once, not at every step
+        for chunk in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
+            for column in chunk.t().tolist():
+                for row, t in enumerate(column):
+                    if not ended[row]:
+                        tokens[row].append(t)
+                        ended[row] = t in stop_ids
+                if on_token is not None:
+                    on_token()
+                if config.stop:
+                    stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
+                    if all(stopped):
+                        return tokens
     return tokens
 
 

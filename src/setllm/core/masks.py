@@ -122,10 +122,11 @@ def sbp_mask(layout: TokenLayout) -> MaskFn:
 
 
 def padding_mask(layout: TokenLayout) -> MaskFn:
-    """Padding is never attended to. A pad query attends to itself only, so no softmax row
-    is empty: an all-masked row gives NaN in some kernels, and NaN would leak through the
-    cache into real tokens."""
-    return lambda b, h, q, kv: layout.valid[b, kv] | (q == kv)
+    """Padding is never attended to, and attends to nothing but itself: no softmax row is
+    empty (an all-masked row gives NaN in some kernels, and NaN would leak through the cache
+    into real tokens), and a block-sparse kernel skips every block of padding rows (a pad
+    row that saw the whole prompt would make them all full; nothing reads what it computes)."""
+    return lambda b, h, q, kv: (layout.valid[b, q] & layout.valid[b, kv]) | (q == kv)
 
 
 def window_mask(layout: TokenLayout, window: int) -> MaskFn:

@@ -15,7 +15,7 @@ from functools import cache as _once
 from ..errors import InputError
 from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
-from .variants import ATTENTION_BACKENDS, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
+from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
 
 
 class UnsupportedModelError(InputError):
@@ -97,11 +97,20 @@ def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
     layout = layout.to(model.device)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     windows = layer_windows(model.config)
-    rendered = {w: render(variant_mask(variant.mask, layout, w), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
-                          device=model.device, dtype=model.dtype) for w in dict.fromkeys(windows.values())}
+    rendered = {w: _render(variant, layout, w, impl, q_len, model) for w in dict.fromkeys(windows.values())}
     if len(rendered) == 1:
         return next(iter(rendered.values()))
     return {kind: rendered[w] for kind, w in windows.items()}
+
+
+def _render(variant: Variant, layout: TokenLayout, window: int | None, impl: str, q_len: int, model):
+    batch, kv_len = layout.shape
+    if impl == "flex_attention":  # one predicate for every variant: compiled once per shape (core/flex.py)
+        from .flex import FlexLayout, block_mask
+
+        return block_mask(FlexLayout.of(variant.mask, layout, window, kv_len - q_len), q_len, kv_len)
+    return render(variant_mask(variant.mask, layout, window), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
+                  device=model.device, dtype=model.dtype)
 
 
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
@@ -119,6 +128,31 @@ def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayou
             **{cache_kwarg(): cache},
             logits_to_keep=logits_to_keep,
         )
+
+
+def step(model, input_ids, position_ids, layout: TokenLayout, cache):
+    """One cached decoding step: a response token per row ``input_ids [B, 1]`` after every
+    token of ``layout [B, K]`` (K includes the new one). A response token sees every real
+    token before it (within the window), whatever the variant: that is what
+    :func:`setllm.core.masks.variant_mask` gives its row under every mask kind, so the mask is
+    drawn from validity and positions alone, on the device, with no set machinery, and no
+    value goes back to the host. The caller checks the length once, before decoding."""
+    with decoding(model):
+        mask = _step_mask(model, layout)
+        return model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                     **{cache_kwarg(): cache}, logits_to_keep=1)
+
+
+def _step_mask(model, layout: TokenLayout):
+    from .masks import and_masks, padding_mask, window_mask
+
+    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    batch, kv_len = layout.shape
+    windows = layer_windows(model.config)
+    rendered = {w: render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
+                          impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype)
+                for w in dict.fromkeys(windows.values())}
+    return next(iter(rendered.values())) if len(rendered) == 1 else {kind: rendered[w] for kind, w in windows.items()}
 
 
 @contextmanager
@@ -155,11 +189,14 @@ def _blocked_linear(layer, rows: int, conv1d: bool, x):
     n = flat.shape[0]
     if n % rows:
         flat = torch.cat([flat, flat.new_zeros(rows - n % rows, flat.shape[1])])
-    if conv1d:  # gpt2's Conv1D: weight [in, out]
-        blocks = [torch.addmm(layer.bias, block, layer.weight) for block in flat.split(rows)]
-    else:
-        blocks = [torch.nn.functional.linear(block, layer.weight, layer.bias) for block in flat.split(rows)]
-    out = torch.cat(blocks)
+    weight = layer.weight if conv1d else layer.weight.t()  # [in, out]; gpt2's Conv1D stores it so
+    out = flat.new_empty(flat.shape[0], weight.shape[1])
+    # Each block's product is written in place: no concatenation of the blocks after.
+    for block, dest in zip(flat.split(rows), out.split(rows)):
+        if layer.bias is None:
+            torch.mm(block, weight, out=dest)
+        else:
+            torch.addmm(layer.bias, block, weight, out=dest)
     return out[:n].reshape(*x.shape[:-1], out.shape[-1])
 
 
@@ -196,9 +233,28 @@ def attention_implementation(model, name: str):
         model.set_attn_implementation(before)
 
 
+def uses_flex(model, q_len: int) -> bool:
+    """Whether a prompt of ``q_len`` tokens is read on flex attention: always where the model
+    was loaded with it; under ``attn="auto"`` from the device's :data:`FLEX_FROM` length."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl == "flex_attention":
+        return True
+    auto = getattr(model, "_setllm_auto_attention", False) and impl == "sdpa"
+    return auto and q_len >= FLEX_FROM.get(model.device.type, 2**62)
+
+
+def prompt_length(model, n: int) -> int:
+    """The padded length a batch of prompts of at most ``n`` tokens is read at: on flex
+    attention :func:`setllm.core.flex.padded_length` (a bounded number of compiled shapes),
+    else ``n``."""
+    from .flex import padded_length
+
+    return padded_length(n, model.device) if uses_flex(model, n) else n
+
+
 @contextmanager
 def _long_prompt_attention(model, q_len: int):
-    if q_len < LONG_PROMPT_TOKENS or not getattr(model, "_setllm_auto_attention", False) or model.config._attn_implementation != "sdpa":
+    if q_len == 0 or model.config._attn_implementation != "sdpa" or not uses_flex(model, q_len):
         yield
         return
     with attention_implementation(model, "flex_attention"):
@@ -209,14 +265,22 @@ def _long_prompt_attention(model, q_len: int):
 def _static_flex_shapes(model):
     """On CPU, compile flex attention for each prompt length on its own: torch 2.13's dynamic-
     shape CPU kernel, which a second length would trigger, fails to compile (inductor:
-    ``cur_qSplitSize9 was not declared``). Each new length then costs a compile (seconds)."""
-    import torch
-
-    if model.device.type != "cpu" or getattr(model.config, "_attn_implementation", None) != "flex_attention":
+    ``cur_qSplitSize9 was not declared``). Prompts come in :func:`prompt_length` buckets, so
+    the lengths, and the compilations, are few."""
+    if getattr(model.config, "_attn_implementation", None) != "flex_attention":
         yield
         return
-    with torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64):
+    from .flex import compile_settings
+
+    with compile_settings(model.device):
         yield
+
+
+def decoding(model):
+    """Inside, cached decoding steps run on their attention (see :func:`_cached_step_attention`):
+    entered once around a decoding loop, each step's own entry is then a no-op (switching a
+    model's attention implementation walks its modules)."""
+    return _cached_step_attention(model, True)
 
 
 @contextmanager

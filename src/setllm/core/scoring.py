@@ -1,8 +1,10 @@
 """Score candidate responses by log-likelihood: encode -> prefill -> score the options.
 
 :func:`score_requests` is the one driver every surface calls (the library, the server, the
-lm-eval backend). It runs each distinct prompt once, then every option row on its prompt's
-KV cache, many prompts per forward.
+lm-eval backend). It runs each distinct prompt once, many prompts per forward, and every
+option row after its prompt: the first rows in the prompts' own forward (each reads its
+prompt's keys from that forward), any further ones on the prompts' KV cache, which holds
+the very same keys: one forward where two were, with the same bits.
 
 Why fixed shapes: a request's scores must not depend on what else is in its batch, on any
 CPU. A BLAS picks its kernel, blocking and thread split by the shape of a matrix product,
@@ -11,13 +13,15 @@ here: 15 of 22 row counts differ from a subset, at 1 and 2 threads; on Intel eve
 differ). Within one shape the rows are computed alike wherever they sit (measured here: 0
 differences when rows move). So:
 
-- the tokens of all prompts of a forward (then of all option rows) are packed into one row
-  of real tokens, and every linear layer multiplies it as blocks of exactly ``MATMUL_ROWS``
-  rows (the output head ``HEAD_ROWS``; the last block zero-padded,
+- the tokens of all prompts and option rows of a forward are packed into one row of real
+  tokens, and every linear layer multiplies it as blocks of exactly :func:`matmul_rows` rows,
+  one size per device type (the output head ``HEAD_ROWS``; the last block zero-padded,
   :func:`setllm.core.runtime.fixed_row_linears`), whatever the batch;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.segments`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
-  ``PROMPT_BUCKET`` tokens, each option right-padded to a multiple of ``OPTION_BUCKET``.
+  ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
+  :func:`setllm.core.flex.padded_length`), each option right-padded to a multiple of
+  ``OPTION_BUCKET``.
 
 A (prompt, option) pair alone and among any others then runs the very same kernels on its
 rows: bit-identical by construction, not by a property of one CPU. (The thread count is
@@ -40,6 +44,7 @@ from ..errors import InputError
 from . import segments
 from .batch import Batch, collate, continuation_layout, response_steps
 from .encoding import EncodedPrompt
+from .flex import padded_length
 from .masks import render_bool, variant_mask
 from .runtime import (
     cache_kwarg,
@@ -49,6 +54,7 @@ from .runtime import (
     new_cache,
     output_cache,
     sliding_window,
+    uses_flex,
 )
 from .variants import Variant
 
@@ -70,8 +76,12 @@ class OptionScore:
     n_tokens: int
 
 
-# The fixed shapes of every scoring forward (see the module docstring).
+# The fixed shapes of every scoring forward (see the module docstring). One block size per
+# device type, still a fixed shape there: 64 rows run a CPU at full speed; a GPU needs larger
+# products to stay busy (a 32k-token prompt in 64-row blocks is 512 products per linear layer,
+# each too small to fill an H100), so 512 there. Another device type takes the CPU's.
 MATMUL_ROWS = 64
+DEVICE_MATMUL_ROWS = {"cpu": MATMUL_ROWS, "cuda": 512}
 HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
 # A wide head (Gemma 3: 262k words x 640, 670 MB in fp32) is read from memory once per
 # block: the option forwards, which read every token's logits, take it in blocks of 64 rows
@@ -150,12 +160,15 @@ def _round_up(n: int, step: int) -> int:
 class _Prompts:
     """Prompts packed into one row: where each one's tokens are and its own padded layout."""
 
-    def __init__(self, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt], window: int | None):
-        self.variant, self.encs, self.window = variant, encs, window
+    def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
+        self.variant, self.encs, self.window = variant, encs, sliding_window(model.config)
         self.starts = [0, *itertools.accumulate(map(len, encs))][:-1]
         self.total = sum(map(len, encs))
+        # A long prompt is read on flex attention (its length alone decides), padded to a flex bucket.
+        self.flex = [uses_flex(model, len(e)) for e in encs]
         # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
-        self.batches = [collate([e], variant.positions, pad_id, length=_round_up(len(e), PROMPT_BUCKET)) for e in encs]
+        self.batches = [collate([e], variant.positions, pad_id, length=padded_length(len(e), model.device) if f else _round_up(len(e), PROMPT_BUCKET))
+                        for e, f in zip(encs, self.flex)]
 
     def keys(self, i: int) -> list[int]:
         """Prompt ``i``'s packed token indices, left-padded to its bucket."""
@@ -170,6 +183,8 @@ class _Prompts:
             positions = self.batches[i].next_positions[0] + response_steps(self.variant.positions, len(response))
             q_len, layout = len(response), layout.cat(continuation_layout(response[None], positions[None]))
         n = layout.shape[1]
+        if response is None and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
+            return segments.Segment(queries, keys, None, None, segments.FlexMask(self.variant.mask, layout, self.window))
         q_len = q_len or n
 
         def mask(window):
@@ -178,41 +193,68 @@ class _Prompts:
         return segments.Segment(queries, keys, mask(None), mask(self.window) if self.window is not None else None)
 
 
+def matmul_rows(model) -> int:
+    """The row block of every linear layer on ``model``'s device (see :data:`DEVICE_MATMUL_ROWS`)."""
+    return DEVICE_MATMUL_ROWS.get(model.device.type, MATMUL_ROWS)
+
+
 def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
-    """One packed prefill of ``encs``, then their option rows in packed forwards."""
-    packed = _Prompts(variant, pad_id, encs, sliding_window(model.config))
+    """``encs`` and their option rows: the prompts and the first rows in one packed forward,
+    any further rows on its cache, packed, in forwards of at most :data:`OPTION_TOKENS`."""
+    packed = _Prompts(model, variant, pad_id, encs)
     for i, e in enumerate(encs):
         check_length(model.config, len(e) + max(map(len, options[i])), int(packed.batches[i].next_positions[0]) + max(map(len, options[i])))
-    with fixed_row_linears(model, MATMUL_ROWS, HEAD_ROWS):
-        cache, next_logprobs = _packed_prefill(model, packed)
-    out = {}
     flat = [(i, o) for i, opts in enumerate(options) for o in opts]
-    top = next_logprobs.argmax(-1).tolist()
-    for i, o in flat:  # the first token is read off the prefill
-        out[(keys[i], o)] = [float(next_logprobs[i, o[0]])], [top[i] == o[0]]
-    longer = [(i, o) for i, o in flat if len(o) > 1]
+    chunks = _chunks([(i, o) for i, o in flat if len(o) > 1], lambda row: len(row[1]), OPTION_TOKENS)
     wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
-    with fixed_row_linears(model, MATMUL_ROWS, WIDE_HEAD_ROWS if wide else HEAD_ROWS):
-        for chunk in _chunks(longer, lambda row: len(row[1]), OPTION_TOKENS):
-            for (i, o), (lp, hit) in zip(chunk, _packed_options(model, packed, cache, chunk)):
-                out[(keys[i], o)][0].extend(lp)
-                out[(keys[i], o)][1].extend(hit)
-    return {k: TokenScore(float(torch.tensor(lp).sum()), len(lp), all(hit)) for k, (lp, hit) in out.items()}
+    with fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS):
+        cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
+        for chunk in chunks[1:]:
+            rest += _packed_options(model, packed, cache, chunk)
+    return _sum_rows(flat, keys, next_logprobs, rest)
 
 
-def _packed_prefill(model, packed: _Prompts):
-    """The KV cache of the packed prompts and each one's next-token log-probs ``[B, V]``."""
-    ids = torch.tensor([t for e in packed.encs for t in e.input_ids])
-    pos = torch.tensor([p for e in packed.encs for p in e.positions(packed.variant.positions)[0]])
-    plan = segments.plan([packed.segment(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))], packed.total, packed.total)
-    last = torch.tensor([s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)])
-    out = _packed_forward(model, plan, ids, pos, new_cache(), last)
-    return output_cache(out), out.logits[0].float().log_softmax(-1)
+def _sum_rows(flat, keys, next_logprobs, rest) -> dict:
+    """Each row's :class:`TokenScore`: its first token read off the prompt's last position,
+    the others off ``rest`` (one ``(log-probs, argmax hits)`` per row longer than a token, in order)."""
+    rows = torch.tensor([i for i, _ in flat], device=next_logprobs.device)
+    firsts = torch.tensor([o[0] for _, o in flat], device=next_logprobs.device)
+    first = next_logprobs[rows, firsts].tolist()  # one look from the host for every row
+    hit = (next_logprobs.argmax(-1)[rows] == firsts).tolist()
+    longer = iter(rest)
+    out = {}
+    for (i, o), lp, h in zip(flat, first, hit):
+        more, more_hits = next(longer) if len(o) > 1 else ([], [])
+        lps = [lp, *more]
+        out[(keys[i], o)] = TokenScore(float(torch.tensor(lps).sum()), len(lps), h and all(more_hits))
+    return out
 
 
-def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[float], list[bool]]]:
-    """Tokens 1.. of each option row ``(prompt index, ids)`` after its prompt: their log-probs
-    and whether each was the argmax. The cache is left as it was."""
+def _packed_prefill(model, packed: _Prompts, rows):
+    """One forward of the packed prompts and, after them, option rows ``rows`` (their tokens
+    1..): the KV cache of the prompts alone, each prompt's next-token log-probs ``[B, V]``,
+    and each row's ``(log-probs, argmax hits)``. Each row reads its prompt's keys from the
+    same forward, the very values a cache of the prompt would hold: the bits of a prefill
+    and a forward of the rows on its cache, in one forward."""
+    ids = [t for e in packed.encs for t in e.input_ids]
+    pos = [p for e in packed.encs for p in e.positions(packed.variant.positions)[0]]
+    segs = [packed.segment(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))]
+    keep = [s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)]
+    r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
+    plan = segments.plan(segs + r_segs, packed.total + m, packed.total + m)
+    try:
+        out = _packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
+                              torch.tensor(keep + r_keep))
+    finally:
+        _truncate(cache, packed.total)  # the rows' keys go: later rows see the prompts alone
+    logp = out.logits[0].float().log_softmax(-1)
+    return output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
+
+
+def _option_rows(packed: _Prompts, rows, base: int):
+    """Token ids, positions, attention blocks and kept logits of option rows ``(prompt index,
+    ids)`` placed after ``base`` tokens of packed prompts (or of their cache); returns them
+    with the rows' token count."""
     ids, pos, segs, keep, start = [], [], [], [], 0
     for i, o in rows:
         n, length = len(o), _round_up(len(o), OPTION_BUCKET)
@@ -221,18 +263,31 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
         pos += (nxt + response_steps(packed.variant.positions, n)).tolist()
         own = list(range(start, start + n)) + [segments.PAD] * (length - n)
         keys = packed.keys(i) + [packed.total + j if j != segments.PAD else j for j in own]
-        segs.append(packed.segment(i, own, keys, torch.arange(length) < n))
-        keep += range(start, start + n - 1)  # token j predicts token j + 1
+        segs.append(packed.segment(i, [j + base if j != segments.PAD else j for j in own], keys, torch.arange(length) < n))
+        keep += range(base + start, base + start + n - 1)  # token j predicts token j + 1
         start += n
-    plan = segments.plan(segs, start, packed.total + start)
+    return ids, pos, segs, keep, start
+
+
+def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[float], list[bool]]]:
+    """Tokens 1.. of each option row ``(prompt index, ids)`` on the prompts' cache: their
+    log-probs and whether each was the argmax. The cache is left as it was."""
+    ids, pos, segs, keep, m = _option_rows(packed, rows, 0)
+    plan = segments.plan(segs, m, packed.total + m)
     try:
         out = _packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     finally:
         _truncate(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
-    logp = out.logits[0].float().log_softmax(-1)  # [sum(n - 1), V]
-    targets = torch.tensor([t for _, o in rows for t in o[1:]])
-    got = logp.gather(1, targets[:, None].to(logp.device)).squeeze(1).cpu().tolist()
-    hits = (logp.argmax(-1).cpu() == targets).tolist()
+    return _row_scores(out.logits[0].float().log_softmax(-1), rows)
+
+
+def _row_scores(logp: torch.Tensor, rows) -> list[tuple[list[float], list[bool]]]:
+    """Tokens 1.. of each row read off ``logp [sum(n - 1), V]``: log-probs and argmax hits."""
+    if not rows:
+        return []
+    targets = torch.tensor([t for _, o in rows for t in o[1:]], device=logp.device)
+    got = logp.gather(1, targets[:, None]).squeeze(1).tolist()
+    hits = (logp.argmax(-1) == targets).tolist()
     result, at = [], 0
     for _, o in rows:
         result.append((got[at : at + len(o) - 1], hits[at : at + len(o) - 1]))

@@ -13,12 +13,15 @@ from ..errors import InputError
 # sliding-window and padding masks: a set prompt cannot be read by them.
 ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 
-# ``attn="auto"``: sdpa, but a prefill of at least this many tokens runs on flex attention,
-# whose BlockMask skips the blocks a set mask (or the causal triangle) hides. Measured end to
-# end on SmolLM2-135M, 2-core CPU (benchmarks/bench_long.py; docs/experiments/core-speed.md): at
-# 4k tokens the two tie (16.0 vs 16.7 s) and flex's first call compiles (26 s), at 8k flex
-# is 2.4x faster (22.6 vs 55.0 s; 38.7 s with its compile): the switch sits between.
-LONG_PROMPT_TOKENS = 6144
+# ``attn="auto"``: sdpa, but a prompt of at least this many tokens (per device type) is read on
+# flex attention, whose BlockMask skips the blocks a set mask (or the causal triangle) hides.
+# CPU: measured side by side on the embedded model (docs/experiments/core-speed.md, "Long sets").
+# CUDA: on one H100 (bf16, Llama-3.2-1B shape, 2026-11-27) a flex reading with a compiled block
+# mask took 0.055 s at 8.2k tokens where sdpa with a dense set mask took 0.080 s; shorter sets
+# were not measured on flex there, so they stay on sdpa (docs/gpu.md). A device type not listed
+# keeps sdpa.
+FLEX_FROM = {"cpu": 6144, "cuda": 8192}
+LONG_PROMPT_TOKENS = FLEX_FROM["cpu"]
 
 
 def attention_problem(name: str | None) -> str | None:
