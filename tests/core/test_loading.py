@@ -280,6 +280,39 @@ def test_offline_hub_fails_fast_with_one_line(monkeypatch):
     assert "offline" in message and "local path" in message and "nonexistent-org/nonexistent-model" in message
 
 
+def test_offline_the_public_id_of_a_packaged_model_names_setllms_copy(monkeypatch, tmp_path):
+    """An exported adapter names its base by public hub id (for plain PEFT); offline, that id
+    given as the model says how to read setllm's own copy instead."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelLoadError) as e:
+        load_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert one_line(e).endswith("offline (HF_HUB_OFFLINE is set): it is the model setllm packages as embedded:SmolLM2-135M-Instruct "
+                                "(quantized): leave out --model to read that copy without the hub, or pass a local path to a downloaded model")
+    with pytest.raises(ModelLoadError, match="pass --model gemma3-270m to read that copy without the hub"):
+        load_model("google/gemma-3-270m")
+
+
+@pytest.mark.parametrize("base, fix", [(None, "with no --model: it was trained on the embedded model, the default"),
+                                       ("org/other-model", "with --model org/other-model, the base it was trained on")])
+def test_an_adapter_given_as_the_model_is_named_for_what_it_is(tmp_path, base, fix):
+    """An exported adapter's adapter_config.json names a hub base, which transformers would
+    fetch; setllm reads an adapter as --adapter, on the base its setllm.json records."""
+    from setllm.loading import make_adapter_portable
+
+    adapter = tmp_path / "exported"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "setllm.json").write_text(json.dumps({"base_model": base or "embedded:SmolLM2-135M-Instruct"}))
+    make_adapter_portable(adapter, base)
+    with pytest.raises(ModelLoadError) as e:
+        load_model(str(adapter))
+    assert one_line(e) == f"model {str(adapter)!r} is a PEFT adapter, not a model: pass it as --adapter {adapter} (Python: adapter=...) {fix}" + (
+        " (or a local copy of it)" if base else "")
+
+
 @pytest.fixture
 def unreachable_hub(monkeypatch):
     """Online, but nothing answers: a closed local port stands in for the hub."""

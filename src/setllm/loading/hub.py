@@ -11,10 +11,11 @@ from ..errors import ModelLoadError
 HUB_PROBE_TIMEOUT_S = 10
 
 
-def hub_access(path: str) -> bool:
+def hub_access(path: str, instead: str = "pass a local path to a downloaded model instead") -> bool:
     """Fail fast on a hub id the hub cannot provide: offline, or unreachable on a first quick
-    try (transformers would retry for ~25 s, a warning per try, before the same error).
-    True: load from the Hugging Face cache only (a cached copy needs no hub)."""
+    try (transformers would retry for ~25 s, a warning per try, before the same error); the
+    error ends with ``instead``, the fix. True: load from the Hugging Face cache only (a cached
+    copy needs no hub)."""
     if not is_hub_id(path):
         return False
     reason = hub_problem(path)
@@ -23,7 +24,7 @@ def hub_access(path: str) -> bool:
     if files_on_this_machine(path) is not None:
         return True
     raise ModelLoadError(f"model {path!r} is not a local directory nor in the Hugging Face cache, and the hub is {reason}: "
-                         f"pass a local path to a downloaded model instead")
+                         f"{instead}")
 
 
 def is_hub_id(path: str) -> bool:

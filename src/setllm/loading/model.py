@@ -10,11 +10,11 @@ import torch
 from ..core.families import default_attention
 from ..core.variants import check_attention
 from ..errors import ModelLoadError
-from .adapters import apply_adapter, check_adapter
+from .adapters import apply_adapter, base_key, check_adapter, recorded_base
 from .checks import check_model_files
 from .hub import hub_access, looks_local
 from .quiet import quiet_loading
-from .sources import DEFAULT_MODEL, resolve
+from .sources import DEFAULT_MODEL, PUBLIC_IDS, resolve
 
 
 def load_model(
@@ -46,8 +46,9 @@ def load_model(
     check_attention(attn_implementation, "attn_implementation")  # before any download or load
     adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch) if adapter is not None else None
     path = resolve(model)
+    check_not_an_adapter(path)
     check_model_files(path)
-    cache_only = hub_access(path)
+    cache_only = hub_access(path, offline_fix(path))
     kwargs = dict(trust_remote_code=False, **({"local_files_only": True} if cache_only else {}))
     # transformers 5.x looks for a PEFT adapter in the repo without passing local_files_only on
     # (and so retries an unreachable hub for ~25 s): pass it there too.
@@ -88,6 +89,33 @@ def load_as(options, model: str | None, adapter: str | None):
     if auto:
         use_auto_attention(net)
     return net, tok
+
+
+def check_not_an_adapter(path: str) -> None:
+    """Refuse a PEFT adapter folder given as the model (an exported adapter names its base for
+    plain PEFT, which transformers would fetch from the hub): it is read as ``--adapter``."""
+    folder = Path(path)
+    if not (folder.is_dir() and (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file()):
+        return
+    base = recorded_base(folder)
+    if base is None:
+        with_base = "with its base model as --model"
+    elif base_key(base) == DEFAULT_MODEL:
+        with_base = "with no --model: it was trained on the embedded model, the default"
+    else:
+        with_base = f"with --model {base}, the base it was trained on (or a local copy of it)"
+    raise ModelLoadError(f"model {path!r} is a PEFT adapter, not a model: pass it as --adapter {path} (Python: adapter=...) "
+                         f"{with_base}")
+
+
+def offline_fix(path: str) -> str:
+    """The fix an error names where the hub cannot serve ``path``: a packaged model's public id
+    (what an exported adapter names as its base, for plain PEFT) is setllm's own copy."""
+    name = {hub_id: key for key, hub_id in PUBLIC_IDS.items()}.get(path)
+    if name is None:
+        return "pass a local path to a downloaded model instead"
+    how = "leave out --model" if name == DEFAULT_MODEL else f"pass --model {name}"
+    return f"it is the model setllm packages as {name} (quantized): {how} to read that copy without the hub, or pass a local path to a downloaded model"
 
 
 def default_device() -> str | None:
