@@ -259,7 +259,7 @@ def test_data_eval_report(capsys, tmp_path, sharp_dir):
     data = tmp_path / "kv.jsonl"
     code, _, err = run_cli(capsys, "data", "kv-retrieval", "--pairs", "6", "--n", "4", "--seed", "1", "--key-length", "6",
                            "--value-length", "4", "--out", str(data))
-    assert code == 0 and "wrote 4 rows" in err and len(data.read_text().splitlines()) == 4
+    assert code == 0 and err == f"wrote 4 kv-retrieval rows to {data}\n" and len(data.read_text().splitlines()) == 4  # one line
     code, out, err = _eval(capsys, sharp_dir, data, tmp_path / "causal", "--variant", "causal-pe", "--gold-positions", "0,2,-1")
     assert code == 0, err
     s = json.loads((tmp_path / "causal" / "summary.json").read_text())

@@ -58,14 +58,14 @@ def cmd_kv(args: argparse.Namespace) -> int:
     from ..generators.documents import KVRetrievalConfig, kv_retrieval
 
     c = config_from_args(KVRetrievalConfig, args)
-    return _write(kv_retrieval(c.pairs, c.n, c.seed, c.key_length, c.value_length), c.out)
+    return _write(kv_retrieval(c.pairs, c.n, c.seed, c.key_length, c.value_length), c.out, args.generator)
 
 
 def cmd_phrased(args: argparse.Namespace) -> int:
     from ..generators.phrasings import KVPhrasedConfig, kv_phrased
 
     c = config_from_args(KVPhrasedConfig, args)
-    return _write(kv_phrased(c.phrasings, c.docs, c.n, c.seed), c.out)
+    return _write(kv_phrased(c.phrasings, c.docs, c.n, c.seed), c.out, args.generator)
 
 
 def cmd_qa(args: argparse.Namespace) -> int:
@@ -74,7 +74,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
 
     c = config_from_args(QALookupConfig, args)
     records, _ = load_records(get_task(c.source), c.split, c.data_dir)
-    return _write(qa_lookup(records, c.docs, c.n, c.seed), c.out)
+    return _write(qa_lookup(records, c.docs, c.n, c.seed), c.out, args.generator)
 
 
 def cmd_framed(args: argparse.Namespace) -> int:
@@ -86,10 +86,11 @@ def cmd_framed(args: argparse.Namespace) -> int:
     if c.task not in TASKS:
         raise DataError(f"--task: one of the multiple-choice benchmarks ({', '.join(TASKS)}), got {c.task!r}")
     records, _ = load_records(TASKS[c.task], c.split, c.data_dir)
-    return _write(mc_framed(TASKS[c.task], records, c.n or None, c.seed), c.out)
+    return _write(mc_framed(TASKS[c.task], records, c.n or None, c.seed), c.out, args.generator)
 
 
-def _write(rows: list[dict], out: str) -> int:
+def _write(rows: list[dict], out: str, what: str) -> int:
+    """Write ``rows`` to ``out`` and say so in one line: how many rows of what, where."""
     from ..errors import InputError
 
     path = Path(out)
@@ -98,5 +99,5 @@ def _write(rows: list[dict], out: str) -> int:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     except OSError as e:
         raise InputError(f"--out {out}: cannot write it ({e.strerror})") from None
-    print(f"wrote {len(rows)} rows to {out}", file=sys.stderr)
+    print(f"wrote {len(rows)} {what} rows to {out}", file=sys.stderr)
     return 0
