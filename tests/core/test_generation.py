@@ -114,3 +114,24 @@ def test_a_character_cut_by_max_new_tokens_is_dropped_not_replaced():
     ids = tok.encode("日本", add_special_tokens=False)  # 6 byte tokens, 3 per character
     assert tok.decode(ids[:4]).endswith("\ufffd")  # what a plain decode gives
     assert [_finish(tok, ids[:n], (), set()) for n in range(1, 7)] == ["", "", "日", "日", "日", "日本"]
+
+
+@pytest.mark.parametrize("every", [3, 8])
+def test_steps_run_ahead_of_the_host_without_changing_any_text(lm, monkeypatch, every):
+    """On a GPU the host looks at the tokens every few steps (generation.CHECK_EVERY): a row that
+    ended within a run of steps is cut where it ended, stop strings and EOS as before."""
+    from setllm.core import generation
+
+    prompts = [PROMPT, as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])]
+    configs = [GenerationConfig(max_new_tokens=n) for n in (1, 7, 20)]
+    looked = {cfg.max_new_tokens: lm.generate(prompts, cfg) for cfg in configs}
+    full = looked[20]
+    stops = [GenerationConfig(max_new_tokens=20, stop=[full[0][2:4]]), GenerationConfig(max_new_tokens=20, stop=[full[1][5:7]])]
+    stopped = [lm.generate(prompts, cfg) for cfg in stops]
+    steps = []
+    real = generation.decode_one_token
+    monkeypatch.setattr(generation, "decode_one_token", lambda *a: steps.append(1) or real(*a))
+    monkeypatch.setitem(generation.CHECK_EVERY, "cpu", every)
+    assert {cfg.max_new_tokens: lm.generate(prompts, cfg) for cfg in configs} == looked
+    assert [lm.generate(prompts, cfg) for cfg in stops] == stopped
+    assert steps  # the steps did run through the chunked loop
