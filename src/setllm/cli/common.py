@@ -289,24 +289,16 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
     :class:`setllm.io.records.DataError` naming the row (``file:line`` and id) and, where it is too
     long, the longest of its ``parts`` (name -> text, or list of texts): the one to shorten."""
     from ..core.prompt import PromptError
-    from ..core.runtime import check_length
+    from ..core.runtime import PromptTooLong
     from ..io.records import DataError
 
     for prompt, responses in asks:
-        try:
+        try:  # the fit rule the scoring driver applies (setllm.core.runtime.check_fits)
             enc = lm.encode(prompt)
-            end = enc.positions(lm.variant.positions)[1]
-            longest = max((len(lm.response_ids(prompt, r)) for r in responses), default=0)
+            lm.codec.check_fits(enc, max((len(lm.response_ids(prompt, r)) for r in responses), default=0), "longest response")
         except PromptError as e:
-            problem = str(e)
-        else:
-            try:  # the rule the scoring driver applies: tokens, and positions
-                check_length(lm.model.config, len(enc) + longest, end + longest)
-                continue
-            except InputError as e:
-                problem = f"prompt is {len(enc)} tokens and its longest response {longest}: {e}"
-        hint = f"; {_longest_part(lm, parts)}" if "longer than" in problem else ""
-        raise DataError(f"{row['where']} (id {row['id']!r}): {problem}{hint}")
+            hint = f"; {_longest_part(lm, parts)}" if isinstance(e, PromptTooLong) else ""
+            raise DataError(f"{row['where']} (id {row['id']!r}): {e}{hint}") from None
 
 
 def _longest_part(lm, parts: dict) -> str:

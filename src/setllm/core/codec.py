@@ -13,13 +13,9 @@ from dataclasses import dataclass, field
 from ..errors import InputError
 from .encoding import EncodedPrompt, PromptEncoder
 from .prompt import PromptError, PromptLike, Set, SetPrompt, as_prompt
-from .runtime import context_length
+from .runtime import PromptTooLong, check_fits  # noqa: F401  (PromptTooLong: re-exported, the codec's refusal)
 from .templates import response_text
 from .variants import Variant
-
-
-class PromptTooLong(PromptError):
-    """A prompt whose positions run past the model's context (the server answers 413)."""
 
 
 @dataclass(frozen=True)
@@ -32,14 +28,14 @@ class Codec:
         exact: sort set elements before encoding (bit-identical outputs under permutation);
             a ``canonical`` variant sorts them always.
         chat: wrap prompts in the tokenizer's chat template.
-        max_tokens: the model's context length (None: unchecked).
+        config: the model's config, whose context a prompt must fit (None: unchecked).
     """
 
     tokenizer: object
     variant: Variant
     exact: bool = False
     chat: bool = False
-    max_tokens: int | None = None
+    config: object = field(default=None, repr=False, compare=False)
     encoder: PromptEncoder = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -50,7 +46,7 @@ class Codec:
 
     @classmethod
     def for_model(cls, model, tokenizer, variant: Variant, exact: bool, chat: bool) -> Codec:
-        return cls(tokenizer, variant, exact, chat, context_length(model.config))
+        return cls(tokenizer, variant, exact, chat, model.config)
 
     @property
     def pad_id(self) -> int:
@@ -74,14 +70,18 @@ class Codec:
         return prompt
 
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
-        """Tokenize a prompt (see :meth:`prepare`) and check it fits the model: its positions,
-        with one left for the response (see :func:`setllm.core.runtime.check_length`)."""
+        """Tokenize a prompt (see :meth:`prepare`) and check it fits the model with room for
+        a response (:meth:`check_fits`)."""
         enc = self.encoder.encode(self.prepare(prompt))
-        end = enc.positions(self.variant.positions)[1]
-        if self.max_tokens is not None and end >= self.max_tokens:
-            at = "" if end == len(enc) else f" at positions up to {end - 1}"
-            raise PromptTooLong(f"prompt is {len(enc)} tokens{at}, longer than the model's context ({self.max_tokens} tokens)")
+        self.check_fits(enc)
         return enc
+
+    def check_fits(self, enc: EncodedPrompt, response: int = 0, what: str = "response") -> None:
+        """Refuse (:class:`PromptTooLong`) an encoded prompt that, with ``response`` tokens of
+        response after it, does not fit the model: the one fit rule,
+        :func:`setllm.core.runtime.check_fits`, in this reading's positions."""
+        if self.config is not None:
+            check_fits(self.config, len(enc), enc.positions(self.variant.positions)[1], self.variant.positions, response, what)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of plain text tokenized on its own, as every segment and response is."""

@@ -15,6 +15,7 @@ from functools import cache as _once
 from ..errors import InputError
 from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
+from .prompt import PromptError
 from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
 
 
@@ -60,29 +61,64 @@ def layer_windows(config) -> dict[str, int | None]:
     return {t: window if t == "sliding_attention" else None for t in dict.fromkeys(types)}
 
 
+class PromptTooLong(PromptError):
+    """A prompt, or a prompt and its response, past the model's context (the server answers 413)."""
+
+
+def check_fits(config, tokens: int, end: int, scheme: str, response: int = 0, what: str = "response") -> None:
+    """The fit rule, the one every surface applies (the codec, the scoring driver, decoding,
+    the server, the CLI's checks of a file's rows): a prompt of ``tokens`` tokens whose
+    response starts at position ``end`` (:meth:`setllm.core.encoding.EncodedPrompt.positions`),
+    plus ``response`` tokens of response (at least one: the first is read from the prompt's
+    last token), fits the context, counted in positions (see :func:`check_length`). Under NoPE
+    the response stays at position 0 with the prompt; under SBP the text after a set resumes
+    after its longest element: there the tokens outrun the positions, and only the positions
+    count. Raises :class:`PromptTooLong` naming ``what`` the response is."""
+    steps = 1 if scheme == "nope" else max(response, 1)
+    at = "" if end == tokens else f" at positions up to {max(end - 1, 0)}"
+    alone = _too_long(config, tokens + 1, end + 1)  # the prompt leaves no room for a response
+    if alone or not response:
+        if alone:
+            raise PromptTooLong(f"prompt is {tokens} tokens{at}, {alone}")
+        return
+    problem = _too_long(config, tokens + response, end + steps)
+    if problem:
+        raise PromptTooLong(f"prompt ({tokens} tokens{at}) + {what} ({response}) is {problem}")
+
+
 def check_length(config, length: int, positions: int | None = None) -> None:
-    """``length`` tokens whose position ids stay below ``positions`` (default: ``length``).
+    """``length`` tokens whose position ids stay below ``positions`` (default: ``length``):
+    the guard of every forward (a prompt and its response are checked before, by
+    :func:`check_fits`).
 
     The context counts positions: in every supported family the context is what the
     positions were trained on (RoPE's range, gpt2's table of ``n_positions`` embeddings).
     Under SetPE the text after a set resumes at the set's start + its tokens, so the two
-    counts differ only where positions stop growing with tokens: NoPE (all 0) and a prompt
-    that ends inside a set. Sliding windows are no limit in the supported families: the masks
-    apply them in positions (:func:`setllm.core.masks.window_mask`). A model of another family
-    (``allow_untested``) may not take a mask per layer type, so there a window still bounds
-    the tokens, as it bounded every model before set-aware windows.
+    counts differ only where positions stop growing with tokens: NoPE (all 0), SBP (after a
+    set, its start + its longest element) and a prompt that ends inside a set. Sliding
+    windows are no limit in the supported families: the masks apply them in positions
+    (:func:`setllm.core.masks.window_mask`). A model of another family (``allow_untested``)
+    may not take a mask per layer type, so there a window still bounds the tokens, as it
+    bounded every model before set-aware windows.
     """
-    window = sliding_window(config)
-    if window is not None and length > window and getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-        raise InputError(
-            f"sequence of {length} tokens is longer than the model's sliding attention window ({window}), "
-            f"and setllm applies set-aware windows only in the families it verified ({', '.join(SUPPORTED_MODEL_TYPES)})"
-        )
-    limit = context_length(config)
     used = length if positions is None else positions
-    if limit is not None and used > limit:
+    problem = _too_long(config, length, used)
+    if problem:
         at = "" if used == length else f" at positions up to {used - 1}"
-        raise InputError(f"sequence of {length} tokens{at} is longer than the model's context ({limit} tokens)")
+        raise PromptTooLong(f"sequence of {length} tokens{at} is {problem}")
+
+
+def _too_long(config, tokens: int, positions: int) -> str | None:
+    """Why ``tokens`` tokens at positions below ``positions`` do not fit ``config``'s model
+    ("longer than ..."), or None."""
+    window = sliding_window(config)
+    if window is not None and tokens > window and getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return (f"longer than the model's sliding attention window ({window}), "
+                f"and setllm applies set-aware windows only in the families it verified ({', '.join(SUPPORTED_MODEL_TYPES)})")
+    limit = context_length(config)
+    if limit is not None and positions > limit:
+        return f"longer than the model's context ({limit} tokens)"
+    return None
 
 
 def context_length(config) -> int | None:

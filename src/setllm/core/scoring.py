@@ -48,7 +48,7 @@ from .flex import padded_length
 from .masks import render_bool, variant_mask
 from .runtime import (
     cache_kwarg,
-    check_length,
+    check_fits,
     fixed_row_linears,
     forward,
     new_cache,
@@ -203,7 +203,7 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
     any further rows on its cache, packed, in forwards of at most :data:`OPTION_TOKENS`."""
     packed = _Prompts(model, variant, pad_id, encs)
     for i, e in enumerate(encs):
-        check_length(model.config, len(e) + max(map(len, options[i])), int(packed.batches[i].next_positions[0]) + max(map(len, options[i])))
+        check_fits(model.config, len(e), int(packed.batches[i].next_positions[0]), variant.positions, max(map(len, options[i])), "longest option")
     flat = [(i, o) for i, opts in enumerate(options) for o in opts]
     chunks = _chunks([(i, o) for i, o in flat if len(o) > 1], lambda row: len(row[1]), OPTION_TOKENS)
     wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB

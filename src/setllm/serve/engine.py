@@ -28,7 +28,6 @@ from ..core.codec import PromptTooLong
 from ..core.encoding import NOT_IN_SET, EncodedPrompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt
-from ..core.runtime import check_length
 from ..core.templates import mc_prompt
 from ..errors import InputError
 from ..readouts import JudgeRow, candidate_scores
@@ -206,15 +205,13 @@ class Engine:
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         enc = self._encode(job.prompt, self.max_prompt_tokens if limit else None)
         if isinstance(job, GenerateJob):
-            n = job.config.max_new_tokens if job.config else 0
-            self._check_fits(len(enc) + n, f"prompt ({len(enc)} tokens) + max_new_tokens ({n})")
+            self._check_fits(enc, job.config.max_new_tokens if job.config else 0, "max_new_tokens")
             return _Prepared(index, enc, key=self._lone_key())
         ids = [self.lm.response_ids(job.prompt, o) for o in job.options]
         empty = [i for i, x in enumerate(ids) if not x]
         if empty:
             raise BadRequest(f"options[{empty[0]}] tokenizes to nothing; options must be non-empty text")
-        longest = max(map(len, ids))
-        self._check_fits(len(enc) + longest, f"prompt ({len(enc)} tokens) + longest option ({longest})")
+        self._check_fits(enc, max(map(len, ids)), "longest option")
         if self.identical_only:  # the same prompt and option set: one computation, whatever the order
             return _Prepared(index, enc, ids, ("same", scoring.identity(enc), tuple(sorted({tuple(x) for x in ids}))))
         return _Prepared(index, enc, ids, ("score",))
@@ -234,11 +231,11 @@ class Engine:
             raise TooLong(f"prompt is {len(enc)} tokens; this server takes at most {limit} (--max-prompt-tokens)")
         return enc
 
-    def _check_fits(self, n_tokens: int, what: str) -> None:
+    def _check_fits(self, enc: EncodedPrompt, response: int, what: str) -> None:
         try:
-            check_length(self.lm.model.config, n_tokens)
-        except InputError as e:
-            raise TooLong(f"{what}: {e}") from None
+            self.lm.codec.check_fits(enc, response, what)  # the one fit rule, in positions
+        except PromptTooLong as e:
+            raise TooLong(str(e)) from None
 
     def _lone_key(self) -> tuple:
         return ("alone", next(self._lone))
