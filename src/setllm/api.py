@@ -5,7 +5,9 @@ that share the loaded weights."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .core import generation, scoring
+from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import EncodedPrompt
@@ -311,16 +313,50 @@ class SetLLM:
         """Each request's options scored after its prompt (token ids already made by
         :meth:`encode` and :meth:`response_ids`), through the one scoring driver."""
         with self._running() as model:
-            return scoring.score_requests(model, self.variant, self.pad_id, requests)
+            cached = self._cached_documents(model, [r.prompt for r in requests])
+            if cached is None:
+                return scoring.score_requests(model, self.variant, self.pad_id, requests)
+            store, key = cached
+            return [doccache.score(model, self.variant, self.pad_id, r.prompt, store, key, r.options) for r in requests]
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
         (``on_token()`` after each step: a caller's way to stop, by raising)."""
         with self._running() as model:
+            cached = self._cached_documents(model, prompts)
+            if cached is not None:  # each prompt alone, its documents' keys and values reused
+                return [doccache.generate(model, self.tokenizer, self.variant, p, *cached, config, on_token) for p in prompts]
             # A long prompt is read on flex attention, at a bucketed length (a bounded number of compiled shapes).
             batch = collate(list(prompts), self.variant.positions, self.pad_id, length=prompt_length(model, max(map(len, prompts))))
             return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+
+    # -- documents read once -------------------------------------------------------------
+    def cache_documents(self, max_mb: float = 512.0) -> doccache.DocumentCache:
+        """Keep the keys and values of set elements read under ``variant="sbp"`` (at most
+        ``max_mb`` MB, least recently used out) and reuse them in every later prompt with the
+        same text before the set, in any order and combination: only the missing elements and
+        the text after the set are computed (:mod:`setllm.core.doccache`; equal to a fresh
+        reading up to float rounding). Shared by every view of these weights. Other variants
+        read as before: their documents see text a cache cannot know."""
+        return doccache.attach(self.model, max_mb)
+
+    @property
+    def document_cache(self) -> doccache.DocumentCache | None:
+        """The cache :meth:`cache_documents` attached to these weights, or None."""
+        return doccache.of(self.model)
+
+    def _cached_documents(self, model, prompts: Sequence[EncodedPrompt]):
+        """The cache and the key of this reading where every prompt can reuse documents, else
+        None (one line the first time a cache is there but this reading cannot use it)."""
+        store = doccache.of(model)
+        if store is None or not prompts:
+            return None
+        why = next((w for w in (doccache.unusable(self.variant, p) for p in prompts) if w), None)
+        if why is not None:
+            _say_once(f"setllm: documents are read afresh: {why}")
+            return None
+        return store, doccache.identity(model, self.origin.adapter, self.variant)
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
@@ -397,6 +433,11 @@ def _check_prompt_list(prompts, options) -> None:
         raise InputError(f"a list of {len(prompts)} strings is read as {len(prompts)} prompts, which take one list of options "
                          f"each (options=[[...], ...]); for one prompt, pass one string (markup: 'Q:\\n{{{{a\\n||b\\n}}}}Answer:') "
                          f"or a list holding a Set (['Q:\\n', Set(['a\\n', 'b\\n']), 'Answer:'])")
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 def _is_single_prompt(obj) -> bool:

@@ -30,6 +30,8 @@ class ServeConfig:
         batch_check: score a probe alone and in batches (once per machine, in the background)
             and batch only identical requests if this machine gives other low bits in a batch
             (see docs/serving.md).
+        cache_mb: keep documents read under ``sbp`` (:mod:`setllm.core.doccache`), at most
+            this many MB, shared by every reading of the served weights (0: off).
         api_key: the key every route but ``/health`` and the page needs, as ``Authorization:
             Bearer KEY`` (None: no key; ``setllm serve`` reads ``$SETLLM_API_KEY`` when the
             flag is not given). Never printed.
@@ -48,6 +50,9 @@ class ServeConfig:
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={
         "help": "check once per machine, in the background, that batching gives bit-identical scores here (--no-batch-check: trust it)"})
+    cache_mb: float = field(default=0.0, metadata={
+        "help": "keep the keys and values of documents read under --variant sbp (set elements, looked up by content) in at "
+                "most this many MB and reuse them across requests; 0: off", "metavar": "MB"})
     api_key: str | None = field(default=None, repr=False, metadata={
         "help": "require 'Authorization: Bearer KEY' on every route but /health and the page at / (default: $SETLLM_API_KEY; unset: no key)",
         "metavar": "KEY"})

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import doccache
 from ..core.chat import chat_prompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt, as_prompt, parse_markup
@@ -60,6 +61,7 @@ class Service:
         self.adapters = dict(adapters or {})
         self.config = config
         self.metrics = Metrics()
+        self.documents = doccache.attach(lm.model, config.cache_mb) if config.cache_mb > 0 else None
         self.engines = self._engines()
         self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
         self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
@@ -285,7 +287,19 @@ class Service:
             "setllm_requests_in_flight": ("HTTP requests being answered (this one included).", lambda: self.in_flight),
             "setllm_max_batch_size": ("Most requests per forward pass (1: batching off).", lambda: b.max_batch_size),
             "setllm_draining": ("1 while the server shuts down.", lambda: int(self.draining)),
+            **self._document_gauges(),
         }
+
+    def _document_gauges(self) -> dict[str, tuple[str, Any]]:
+        """The document cache's counts (``--cache-mb``), none where it is off."""
+        if self.documents is None:
+            return {}
+        stat = self.documents.stats
+        return {"setllm_document_cache_hits": ("Document pieces found in the cache.", lambda: stat().hits),
+                "setllm_document_cache_misses": ("Document pieces computed (not in the cache).", lambda: stat().misses),
+                "setllm_document_cache_evictions": ("Document pieces pushed out by newer ones.", lambda: stat().evictions),
+                "setllm_document_cache_bytes": ("Bytes of keys and values the cache holds.", lambda: stat().bytes),
+                "setllm_document_cache_max_bytes": ("The cache's bound in bytes (--cache-mb).", lambda: stat().max_bytes)}
 
 
 def parse_prompt(value: str | list) -> SetPrompt:

@@ -1,0 +1,258 @@
+"""Documents read once: exact, order-free KV caches of a set's elements under Set-Based
+Prompting (``variant="sbp"``).
+
+Under ``sbp`` attention is causal, elements of one set do not see each other, and every
+element's positions start at the set's start. So an element's keys and values depend only on
+the text before its set and on the element itself: computed once, they are the keys and
+values it has in any set of documents, in any order, behind the same prefix. A prompt
+``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
+element not cached yet on the prefix's cache alone, every element's cached keys and values
+laid out in the prompt's order, then the suffix on them. Options and generated tokens go on
+from there as after a prefill (:func:`prefill`).
+
+What is equal to what:
+
+- a cached reading and the uncached one (:func:`setllm.core.scoring.prefill`): the same keys,
+  values and logits up to float rounding, not bit for bit: the prefix, each element and the
+  suffix run as separate forwards, so the matrix products have other shapes and may take
+  other kernels (within 1e-5 in fp32: tests/core/test_doccache.py);
+- two cached readings of one set in any order: the same bits, as exact mode sorts the elements
+  (the same pieces, the same forwards), and an element's cached keys are the same tensors
+  whatever set it came in.
+
+Prompt-bidirectional variants (``setmask-*``, ``prefix-*``) cannot reuse a document (it sees
+the question), and neither can canonical order or the causal readings (an element sees the
+ones before it): those read as before (:func:`unusable` says why).
+
+The cache is bounded by bytes (the keys and values it holds, counted exactly), least recently
+used out, and keyed by the weights, the adapter, the variant, the prefix's tokens and the
+element's tokens. Changing the weights in place (training) needs :meth:`DocumentCache.clear`.
+
+Shapes: Hkv key heads, n tokens, d head size; a piece's keys and values are one
+``(k [1, Hkv, n, d], v)`` pair per layer.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .batch import collate
+from .encoding import EncodedPrompt
+from .masks import TokenLayout
+from .runtime import forward, new_cache, output_cache, weights_fingerprint
+from .variants import Variant
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What a :class:`DocumentCache` did: lookups that found a piece (``hits``) or computed it
+    (``misses``), pieces pushed out (``evictions``), and what it holds now."""
+
+    hits: int
+    misses: int
+    evictions: int
+    bytes: int
+    entries: int
+    max_bytes: int
+
+
+class DocumentCache:
+    """Keys and values of prompt pieces (a set's prefix, each element), at most ``max_mb``
+    megabytes (10**6 bytes) of tensors, least recently used out. Safe to share between threads."""
+
+    def __init__(self, max_mb: float = 512.0):
+        if max_mb <= 0:
+            raise ValueError(f"max_mb must be > 0, got {max_mb}")
+        self.max_bytes = int(max_mb * 1e6)
+        self._pieces: OrderedDict[tuple, tuple[Layers, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = self.bytes = 0
+
+    def get(self, key: tuple) -> Layers | None:
+        with self._lock:
+            found = self._pieces.get(key)
+            if found is None:
+                self.misses += 1
+                return None
+            self._pieces.move_to_end(key)
+            self.hits += 1
+            return found[0]
+
+    def put(self, key: tuple, layers: Layers) -> None:
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        with self._lock:
+            if key in self._pieces or size > self.max_bytes:
+                return  # a piece larger than the whole cache is computed, used and not kept
+            self._pieces[key] = (layers, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, dropped) = self._pieces.popitem(last=False)
+                self.bytes -= dropped
+                self.evictions += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pieces.clear()
+            self.bytes = 0
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self.hits, self.misses, self.evictions, self.bytes, len(self._pieces), self.max_bytes)
+
+
+_attached: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def attach(model, max_mb: float) -> DocumentCache:
+    """The document cache of ``model``'s weights (made, or resized, to ``max_mb``), shared by
+    every view of them (a PEFT wrapper and the model it wraps are one)."""
+    key = _weights(model)
+    cache = _attached.get(key)
+    if cache is None:
+        cache = _attached[key] = DocumentCache(max_mb)
+    else:
+        cache.max_bytes = int(max_mb * 1e6)
+    return cache
+
+
+def of(model) -> DocumentCache | None:
+    """``model``'s document cache, or None where none was attached."""
+    return _attached.get(_weights(model))
+
+
+def _weights(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def unusable(variant: Variant, enc: EncodedPrompt) -> str | None:
+    """Why ``enc`` under ``variant`` cannot reuse cached documents, or None."""
+    if variant.mask != "sbp":
+        return f"variant {variant.name!r} lets a document see text it cannot be cached without (only 'sbp' reads documents apart)"
+    if {s for s in enc.set_ids if s >= 0} != {0}:
+        return "a prompt with one set is cached (this one has none or several)"
+    return None
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """Where a one-set prompt's pieces are: token index ranges of the prefix, of each element
+    (in the prompt's order) and of the suffix."""
+
+    prefix: range
+    elements: list[range]
+    suffix: range
+
+    @classmethod
+    def of(cls, enc: EncodedPrompt) -> _Pieces:
+        inside = [i for i, s in enumerate(enc.set_ids) if s >= 0]
+        start, end = inside[0], inside[-1] + 1
+        elements, at = [], start
+        for i in range(start + 1, end + 1):
+            if i == end or enc.element_ids[i] != enc.element_ids[at]:
+                elements.append(range(at, i))
+                at = i
+        return cls(range(start), elements, range(end, len(enc)))
+
+
+@torch.no_grad()
+def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple):
+    """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
+    the next token ``[1, V]``, as :func:`setllm.core.scoring.prefill` gives them for a batch
+    of ``enc`` alone (module docstring: equal up to rounding). ``identity`` names the weights,
+    adapter and variant the pieces were computed under."""
+    pieces = _Pieces.of(enc)
+    batch = collate([enc], variant.positions, 0)
+    ids, pos, layout = batch.input_ids, batch.position_ids, batch.layout
+    prefix_ids = tuple(enc.input_ids[i] for i in pieces.prefix)
+    prefix = _piece(store, (*identity, prefix_ids), lambda: _compute(model, variant, ids, pos, layout, [], pieces.prefix)) if prefix_ids else []
+    parts = [prefix] if prefix else []
+    for element in pieces.elements:
+        key = (*identity, prefix_ids, tuple(enc.input_ids[i] for i in element))
+        parts.append(_piece(store, key, lambda e=element: _compute(model, variant, ids, pos, layout, prefix, e, pieces.prefix)))
+    cache = _cache_of(_joined(parts))
+    tail = list(pieces.suffix)
+    out = forward(model, variant, ids[:, tail], pos[:, tail], layout, cache=cache, logits_to_keep=1)
+    return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
+
+
+def score(model, variant: Variant, pad_id: int, enc: EncodedPrompt, store: DocumentCache, identity: tuple,
+          options: Sequence[Sequence[int]]) -> list:
+    """Each option of ``enc`` (token ids) scored after its cached reading: the option rows run
+    on the prompt's cache as :func:`setllm.core.scoring.score_requests` runs rows past its
+    first forward (the same fixed row blocks). Returns one ``TokenScore`` per option, in order."""
+    from . import scoring
+
+    cache, next_logprobs = prefill(model, variant, enc, store, identity)
+    packed = scoring._Prompts(model, variant, pad_id, [enc])
+    flat = [(0, tuple(o)) for o in options]
+    wide = model.get_output_embeddings().weight.shape[0] > scoring.WIDE_VOCAB
+    rest = []
+    with torch.no_grad(), scoring.fixed_row_linears(model, scoring.matmul_rows(model), scoring.WIDE_HEAD_ROWS if wide else scoring.HEAD_ROWS):
+        for chunk in scoring._chunks([row for row in flat if len(row[1]) > 1], lambda row: len(row[1]), scoring.OPTION_TOKENS):
+            rest += scoring._packed_options(model, packed, cache, chunk)
+    scores = scoring._sum_rows(flat, [0], next_logprobs, rest)
+    return [scores[(0, o)] for _, o in flat]
+
+
+def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, config,
+             on_token=None) -> tuple[str, list[int]]:
+    """Text and token ids generated after ``enc``'s cached reading, decoded as
+    :func:`setllm.core.generation.generate_tokens` decodes a prompt alone."""
+    from . import generation
+
+    cache, next_logprobs = prefill(model, variant, enc, store, identity)
+    batch = collate([enc], variant.positions, 0)
+    [tokens] = generation.decode_after_prefill(model, tokenizer, variant, batch, cache, next_logprobs, config, on_token)
+    return generation._finish(tokenizer, tokens, config.stop, generation._eos_ids(model, tokenizer)), tokens
+
+
+def identity(model, adapter, variant: Variant) -> tuple:
+    """What a cached piece was computed under: the weights (a sampled fingerprint, taken once
+    per model object), the adapter and the variant."""
+    base = _weights(model)
+    if base not in _fingerprints:
+        _fingerprints[base] = weights_fingerprint(model)
+    active = getattr(model, "active_adapters", None)
+    return (_fingerprints[base], str(adapter), repr(active) if active is not None else None, variant.name)
+
+
+def _piece(store: DocumentCache, key: tuple, compute) -> Layers:
+    found = store.get(key)
+    if found is None:
+        found = compute()
+        store.put(key, found)
+    return found
+
+
+def _compute(model, variant: Variant, ids, pos, layout: TokenLayout, before: Layers, span: range, before_span: range = range(0)) -> Layers:
+    """The keys and values of tokens ``span`` of a prompt, read after ``before`` (the keys and
+    values of tokens ``before_span``) alone: for an element, after its prefix, so it sees
+    nothing of the other elements, as the ``sbp`` mask says."""
+    index = torch.tensor([*before_span, *span], dtype=torch.long)
+    sub = TokenLayout(*(t.index_select(1, index) for t in layout._fields()))
+    cols = list(span)
+    with torch.no_grad():
+        out = forward(model, variant, ids[:, cols], pos[:, cols], sub, cache=_cache_of(before) if before else new_cache())
+    cache = output_cache(out)
+    n = len(before_span)
+    return [(layer.keys[:, :, n:].clone(), layer.values[:, :, n:].clone()) for layer in cache.layers]
+
+
+def _joined(parts: Sequence[Layers]) -> Layers:
+    return [(torch.cat([p[i][0] for p in parts], 2), torch.cat([p[i][1] for p in parts], 2)) for i in range(len(parts[0]))]
+
+
+def _cache_of(layers: Layers):
+    cache = new_cache()
+    for i, (k, v) in enumerate(layers):
+        cache.update(k, v, i)
+    return cache
