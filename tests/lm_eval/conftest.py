@@ -11,9 +11,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lm_eval"
 def restore_lm_eval(monkeypatch):
     """`python -m setllm.lm_eval` adds the shipped tasks to every lm-eval TaskManager, reads
     local data, loads datasets through its own functions and checks them before the model
-    loads (setllm.lm_eval.local), and rewrites sys.argv for lm-eval's parser: undo all of it
-    after each test."""
+    loads (setllm.lm_eval.local), records the git hash quietly, and rewrites sys.argv for
+    lm-eval's parser: undo all of it after each test."""
     manager = pytest.importorskip("lm_eval.tasks.manager")
+    from lm_eval import evaluator
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.config.evaluate_config import EvaluatorConfig
     from lm_eval.tasks._factory import TaskFactory
@@ -22,6 +23,7 @@ def restore_lm_eval(monkeypatch):
     monkeypatch.setattr(TaskFactory, "_load_full_config", TaskFactory._load_full_config)
     monkeypatch.setattr(ConfigurableTask, "download", ConfigurableTask.download)
     monkeypatch.setattr(EvaluatorConfig, "process_tasks", EvaluatorConfig.process_tasks)
+    monkeypatch.setattr(evaluator, "get_git_commit_hash", evaluator.get_git_commit_hash)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,23 @@ def test_a_bad_model_arg_is_one_line_and_exit_2(model_dir):
     run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},batch_size=0", "--tasks", "setllm_test_plain",
                       "--include_path", FIXTURES)
     assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == "error: --model_args batch_size must be at least 1, got 0"
+
+
+def test_outside_a_git_checkout_git_says_nothing(tmp_path, monkeypatch, capfd):
+    """lm-eval records `git describe` of the working directory in its results; outside a
+    checkout git's "fatal: not a git repository" reached the user's terminal. Now quiet, and
+    the hash recorded is lm-eval's own (None there, the checkout's here)."""
+    from lm_eval import evaluator
+
+    from setllm.lm_eval.__main__ import quiet_git_hash
+
+    lm_evals = evaluator.get_git_commit_hash
+    quiet_git_hash()
+    assert evaluator.get_git_commit_hash() == lm_evals()  # in this checkout (or its files)
+    capfd.readouterr()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # a tmp folder inside a checkout is not one
+    assert evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == ""
+    if shutil.which("git"):  # what lm-eval's own let through
+        assert lm_evals() is None and "not a git repository" in capfd.readouterr().err

@@ -40,6 +40,26 @@ def include_shipped_tasks() -> None:
     manager.TaskManager.__init__ = with_shipped
 
 
+def quiet_git_hash() -> None:
+    """lm-eval records ``git describe --always`` of the working directory in its results, with
+    git's stderr let through: outside a git checkout every run printed ``fatal: not a git
+    repository``. The same command and fallback (lm-eval's ``get_git_commit_hash``), git's
+    stderr discarded; the hash recorded is the same."""
+    import os
+    import subprocess
+
+    from lm_eval import evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def get_git_commit_hash() -> str | None:
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, FileNotFoundError):  # not a checkout, or no git
+            return get_commit_from_path(os.getcwd())
+
+    evaluator.get_git_commit_hash = get_git_commit_hash
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -47,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
         include_shipped_tasks()
         local.install()  # SETLLM_DATA_DIR: the shipped tasks read local files; an unloadable dataset is one line
+        quiet_git_hash()
         from lm_eval._cli import HarnessCLI
         from lm_eval.utils import setup_logging
 
