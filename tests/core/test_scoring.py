@@ -1,10 +1,11 @@
 """The one scoring driver, :func:`setllm.core.scoring.score_requests`: a request's scores do not
 depend on what else is scored with it (fixed shapes), and equal the plain unpadded ladder
-``prefill -> score_continuations`` up to float rounding."""
+``prefill -> score_continuations`` (tests/reference.py) up to float rounding."""
 
 from __future__ import annotations
 
 import pytest
+import reference
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, mc_prompt
@@ -48,7 +49,7 @@ def test_equals_the_unpadded_ladder_up_to_rounding(lm):
     got = run(lm, reqs)
     batch = collate([r.prompt for r in reqs], lm.variant.positions, lm.pad_id)
     cache, next_logprobs = scoring.prefill(lm.model, lm.variant, batch)
-    want = scoring.score_continuations(lm.model, lm.variant, batch, cache, next_logprobs, [r.options for r in reqs])
+    want = reference.score_continuations(lm.model, lm.variant, batch, cache, next_logprobs, [r.options for r in reqs])
     # Other shapes, other kernels: equal up to float rounding, not bit for bit.
     assert [s.logprob for row in got for s in row] == pytest.approx([lp for row in want for lp, _ in row], abs=1e-5)
     assert [[s.n_tokens for s in row] for row in got] == [[n for _, n in row] for row in want]

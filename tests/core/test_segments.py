@@ -4,6 +4,7 @@ block gathered by hand, padded, and put through the attention formula written ou
 from __future__ import annotations
 
 import pytest
+import reference
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
@@ -77,7 +78,7 @@ def test_soft_capped_and_sliding_families_score_like_the_plain_ladder(arch):
     got = scoring.score_requests(lm.model, lm.variant, lm.pad_id, reqs)
     batch = collate([r.prompt for r in reqs], lm.variant.positions, lm.pad_id)
     cache, first = scoring.prefill(lm.model, lm.variant, batch)
-    want = scoring.score_continuations(lm.model, lm.variant, batch, cache, first, [r.options for r in reqs])
+    want = reference.score_continuations(lm.model, lm.variant, batch, cache, first, [r.options for r in reqs])
     assert [s.logprob for row in got for s in row] == pytest.approx([lp for row in want for lp, _ in row], abs=1e-4)
     assert scoring.score_requests(lm.model, lm.variant, lm.pad_id, reqs[:1])[0] == got[0]  # alone: the same bits
 

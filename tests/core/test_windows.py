@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 
 import pytest
+import reference
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
@@ -84,7 +85,7 @@ def test_scoring_driver_applies_the_window_as_the_ladder_does(arch, variant):
     got = scoring.score_requests(lm.model, lm.variant, lm.pad_id, [scoring.ScoreRequest(enc, options)])[0]
     batch = collate([enc], lm.variant.positions, lm.pad_id)
     cache, first = scoring.prefill(lm.model, lm.variant, batch)
-    want = scoring.score_continuations(lm.model, lm.variant, batch, cache, first, [options])[0]
+    want = reference.score_continuations(lm.model, lm.variant, batch, cache, first, [options])[0]
     assert [s.logprob for s in got] == pytest.approx([lp for lp, _ in want], abs=1e-4)
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import reference
 from serve_helpers import running
 from server_process import serve_process
 
@@ -43,7 +44,7 @@ def test_completion_with_and_without_logprobs_matches_the_library(client, lm):
     batch = collate([lm.encode(parse_markup(r"Pick one:\n{{apple\n||dog\n}}Answer:"))], lm.variant.positions, lm.pad_id)
     text, ids = generation.generate_tokens(lm.model, lm.tokenizer, lm.variant, batch, generation.GenerationConfig(max_new_tokens=6))[0]
     cache, next_logprobs = scoring.prefill(lm.model, lm.variant, batch)
-    library = scoring.score_continuations(lm.model, lm.variant, batch, cache, next_logprobs, [[ids]])[0][0][0]
+    library = reference.score_continuations(lm.model, lm.variant, batch, cache, next_logprobs, [[ids]])[0][0][0]
     assert text == want and sum(lp.token_logprobs) == pytest.approx(library, abs=1e-4)
     assert all(len(top) == 2 and max(top.values()) >= t for top, t in zip(lp.top_logprobs, lp.token_logprobs))
     assert lp.text_offset == list(itertools.accumulate([0] + [len(t) for t in lp.tokens[:-1]]))

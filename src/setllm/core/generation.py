@@ -1,4 +1,4 @@
-"""Text generation with a KV cache: prefill -> decode_one_token -> decode_n_tokens -> generate.
+"""Text generation with a KV cache: prefill -> decode_one_token -> decode_n_tokens -> generate_tokens.
 
 ``model.generate()`` rejects 4D masks and would continue positions as ``last + 1``, which
 is wrong after a set under SetPE, so decoding is a small loop of our own.
@@ -108,14 +108,9 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
 
 
 @torch.no_grad()
-def generate(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[str]:
-    """Generate text for every prompt in a left-padded ``batch``."""
-    return texts(model, tokenizer, _decode(model, tokenizer, variant, batch, config, on_token), config)
-
-
-@torch.no_grad()
 def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[tuple[str, list[int]]]:
-    """:func:`generate`, with the tokens each row generated: every sampled token, the EOS
+    """Generated text for every prompt in a left-padded ``batch``, with the tokens each row
+    generated: every sampled token, the EOS
     that ended it included, and those of a stop string or a character cut in half that the
     text leaves out (OpenAI's log-probs show what was generated, not what was kept)."""
     stop_ids = _eos_ids(model, tokenizer)
@@ -132,7 +127,7 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
                          on_token=None) -> list[list[int]]:
     """Every row's sampled tokens after :func:`setllm.core.scoring.prefill` gave ``cache`` and the
     next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
-    cache is consumed (it grows). :func:`texts` turns the tokens into text."""
+    cache is consumed (it grows)."""
     stop_ids = _eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
@@ -152,12 +147,6 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
                     if all(stopped):
                         return tokens
     return tokens
-
-
-def texts(model, tokenizer, rows: list[list[int]], config: GenerationConfig) -> list[str]:
-    """Each row's generated text: EOS dropped, cut before a stop string, no half character."""
-    stop_ids = _eos_ids(model, tokenizer)
-    return [_finish(tokenizer, t, config.stop, stop_ids) for t in rows]
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

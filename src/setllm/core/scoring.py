@@ -310,61 +310,12 @@ def _packed_forward(model, plan, ids, pos, cache, keep):
                      use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
 
 
-def select_cache(cache, rows: torch.Tensor):
-    """A new cache holding ``rows`` of ``cache`` (which stays as it was)."""
-    picked = new_cache()
-    for i, layer in enumerate(cache.layers):
-        index = rows.to(layer.keys.device)
-        picked.update(layer.keys.index_select(0, index), layer.values.index_select(0, index), i)
-    return picked
-
-
 @torch.no_grad()
 def prefill(model, variant: Variant, batch: Batch):
     """Run the prompts once. Returns the KV cache and the log-probs of the next token ``[B, V]``."""
     out = forward(model, variant, batch.input_ids, batch.position_ids, batch.layout, cache=new_cache(), logits_to_keep=1)
     # Prompts are left-padded, so the last column is every prompt's last token.
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
-
-
-@torch.no_grad()
-def score_continuations(model, variant: Variant, batch: Batch, cache, next_logprobs,
-                        options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
-    """Sum log-prob and length of each option's token ids, ``options[b]`` for prompt ``b``.
-
-    The cache is consumed (gathered in place).
-    """
-    logp, hit, valid = token_logprobs(model, variant, batch, cache, next_logprobs, options)
-    return split_rows(list(zip(logp.sum(1).tolist(), valid.sum(1).tolist())), options)
-
-
-@torch.no_grad()
-def token_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, options: Sequence[Sequence[Sequence[int]]]):
-    """Each option token's log-prob, whether it was the argmax, and which tokens are real:
-    three ``[R, L]`` tensors on the CPU (log-probs 0 past an option's end). One forward runs
-    every option row on its prompt's cache, which is consumed (gathered in place)."""
-    rows = torch.tensor([b for b, opts in enumerate(options) for _ in opts])
-    conts = [list(c) for opts in options for c in opts]
-    if any(len(c) == 0 for c in conts):
-        raise InputError("an option tokenizes to nothing; options must be non-empty text")
-    cache.batch_select_indices(rows.to(model.device))
-    return _row_logprobs(model, variant, batch, cache, next_logprobs, rows, conts, max(map(len, conts)))
-
-
-def _row_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, rows: torch.Tensor, conts, length: int):
-    """:func:`token_logprobs` for option rows ``conts`` (``rows``: their prompt), padded to
-    ``length`` tokens, on a cache already holding one row per option."""
-    ids = torch.tensor([list(c) + [0] * (length - len(c)) for c in conts])  # [R, L]
-    valid = torch.tensor([[True] * len(c) + [False] * (length - len(c)) for c in conts])
-    first = next_logprobs[rows.to(next_logprobs.device)]  # [R, V] predicts token 0
-    logp = first.gather(1, ids[:, :1].to(first.device)).cpu()  # [R, 1]
-    hit = (first.argmax(-1).cpu() == ids[:, 0])[:, None]
-    if max(map(len, conts)) > 1:  # one-token options are read off the prefill alone
-        out = _continue(model, variant, batch, cache, rows, ids, valid)
-        rest = out.logits[:, :-1].float().log_softmax(-1).cpu()  # [R, L-1, V] predicts tokens 1..L-1
-        logp = torch.cat([logp, rest.gather(-1, ids[:, 1:, None]).squeeze(-1)], 1)
-        hit = torch.cat([hit, rest.argmax(-1) == ids[:, 1:]], 1)
-    return logp * valid, hit | ~valid, valid
 
 
 def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
@@ -402,15 +353,6 @@ def token_details(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, r
         values, index = dist.topk(top) if top else (torch.tensor([]), torch.tensor([], dtype=torch.long))
         details.append(TokenDetail(int(token), float(dist[token]), list(zip(index.tolist(), values.tolist()))))
     return details
-
-
-def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:
-    """``flat`` (one item per option row) regrouped as ``options`` is: one list per prompt."""
-    out_rows, i = [], 0
-    for opts in options:
-        out_rows.append(flat[i : i + len(opts)])
-        i += len(opts)
-    return out_rows
 
 
 def to_option_scores(texts: Sequence[str], scores: Sequence[TokenScore]) -> list[OptionScore]:

@@ -77,10 +77,6 @@ def iter_jsonl(path: str | Path, errors: str = "raise") -> Iterator[tuple[str, o
                 yield where, error
 
 
-def read_mc_jsonl(path: str | Path, require_label: bool = True) -> list[MCRecord]:
-    return [parse_record(obj, where, require_label) for where, obj in iter_jsonl(path)]
-
-
 def subset(records: list, limit: int | None = None, seed: int | None = None) -> list:
     """The first ``limit`` records, or a seeded random sample of ``limit`` if ``seed`` is set."""
     if limit is None or limit >= len(records):
