@@ -185,11 +185,11 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
     import setllm.core.runtime as runtime
     from setllm.loading import options as load_options
 
-    assert load_options.LONG_PROMPT_TOKENS == runtime.LONG_PROMPT_TOKENS  # the --help text says the real threshold
+    assert load_options.LONG_PROMPT_TOKENS == runtime.FLEX_FROM["cpu"]  # the --help text says the real threshold
     backends = []
-    real = runtime.render
-    monkeypatch.setattr(runtime, "render", lambda fn, backend, *a, **k: backends.append(backend) or real(fn, backend, *a, **k))
-    monkeypatch.setattr(runtime, "LONG_PROMPT_TOKENS", 100)
+    real = runtime._render
+    monkeypatch.setattr(runtime, "_render", lambda variant, layout, window, impl, *a: backends.append(impl) or real(variant, layout, window, impl, *a))
+    monkeypatch.setitem(runtime.FLEX_FROM, "cpu", 100)
     auto = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe")  # attn_implementation="auto"
     sdpa = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe", attn_implementation="sdpa")
     record = docs.parse_row(gen.kv_retrieval(pairs=5, n=1, seed=4, key_length=6, value_length=6)[0], "x")
@@ -307,3 +307,26 @@ def test_bad_rows_through_the_cli_name_file_and_line(capsys, tmp_path, sharp_dir
     assert code == 2 and "gold position 7 is outside its 4 documents" in err
     code, _, err = _eval(capsys, sharp_dir, good, tmp_path / "o3", "--gold-positions", "0,x")
     assert code == 2 and "comma-separated integers" in err
+
+
+def test_documents_under_sbp_are_read_once_across_orderings_and_say_what_it_saved(capsys, tmp_path, sharp_dir):
+    """--variant sbp with --verify-invariance reads each row in every gold position: every
+    document after the first ordering comes from the cache, and the answers are those of a
+    run that reads every document afresh (--cache-mb 0)."""
+    data = tmp_path / "kv.jsonl"
+    run_cli(capsys, "data", "kv-retrieval", "--pairs", "5", "--n", "3", "--seed", "2", "--key-length", "6", "--value-length", "4",
+            "--out", str(data))
+    runs = {}
+    for name, extra in (("cached", []), ("fresh", ["--cache-mb", "0"])):
+        code, out, err = _eval(capsys, sharp_dir, data, tmp_path / name, "--variant", "sbp", "--gold-positions", "0,2,-1",
+                               "--verify-invariance", *extra)
+        assert code == 0, err
+        runs[name] = (json.loads((tmp_path / name / "summary.json").read_text()), out)
+    (cached, out), (fresh, fresh_out) = runs["cached"], runs["fresh"]
+    c = cached["document_cache"]
+    # One prefix and 3 rows of 5 documents computed once each; every row read in 3 orders, each order generated
+    # and scored: 6 readings of 6 pieces a row, 108 lookups in all.
+    assert c["misses"] == 1 + 3 * 5 and c["hits"] == 3 * 6 * 6 - 16 and c["saved_s_estimate"] > 0
+    assert "documents cached: 92 pieces reused, 16 computed, about" in out and "document_cache" not in fresh
+    assert cached["invariance_flips"] == 0 and cached["accuracy"] == fresh["accuracy"]
+    assert cached["accuracy_by_gold_position"] == fresh["accuracy_by_gold_position"]

@@ -104,4 +104,7 @@ def _result_line(s: dict) -> str:
         template = ""
         by = ", ".join(f"{k}: {v:.2f}%" for k, v in s["accuracy_by_gold_position"].items())
         extra += f"; by gold position: {by}; gap {s['gold_position_gap']:.2f}" + (" (one run per row)" if s["one_run_per_question"] else "")
+    if "document_cache" in s:  # documents read once (sbp): what the cache spared, at its own computing rate
+        c = s["document_cache"]
+        extra += f"; documents cached: {c['hits']} pieces reused, {c['misses']} computed, about {c['saved_s_estimate']:.1f} s saved"
     return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']}{template}: {acc}{extra}"

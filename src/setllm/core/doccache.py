@@ -35,6 +35,7 @@ Shapes: Hkv key heads, n tokens, d head size; a piece's keys and values are one
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -62,6 +63,15 @@ class CacheStats:
     bytes: int
     entries: int
     max_bytes: int
+    computed_tokens: int = 0  # tokens of the pieces computed (misses)
+    computed_s: float = 0.0  # seconds spent computing them
+    reused_tokens: int = 0  # tokens of the pieces found (hits)
+
+    @property
+    def saved_s(self) -> float:
+        """An estimate of the seconds the hits saved: their tokens at the rate the misses
+        were computed (0 before any miss)."""
+        return self.reused_tokens * self.computed_s / self.computed_tokens if self.computed_tokens else 0.0
 
 
 class DocumentCache:
@@ -75,6 +85,8 @@ class DocumentCache:
         self._pieces: OrderedDict[tuple, tuple[Layers, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = self.bytes = 0
+        self.computed_tokens = self.reused_tokens = 0
+        self.computed_s = 0.0
 
     def get(self, key: tuple) -> Layers | None:
         with self._lock:
@@ -84,11 +96,15 @@ class DocumentCache:
                 return None
             self._pieces.move_to_end(key)
             self.hits += 1
+            self.reused_tokens += found[0][0][0].shape[2]
             return found[0]
 
-    def put(self, key: tuple, layers: Layers) -> None:
+    def put(self, key: tuple, layers: Layers, seconds: float = 0.0) -> None:
+        """Keep ``layers`` under ``key`` (``seconds``: what computing them took)."""
         size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
         with self._lock:
+            self.computed_tokens += layers[0][0].shape[2]
+            self.computed_s += seconds
             if key in self._pieces or size > self.max_bytes:
                 return  # a piece larger than the whole cache is computed, used and not kept
             self._pieces[key] = (layers, size)
@@ -105,7 +121,8 @@ class DocumentCache:
 
     def stats(self) -> CacheStats:
         with self._lock:
-            return CacheStats(self.hits, self.misses, self.evictions, self.bytes, len(self._pieces), self.max_bytes)
+            return CacheStats(self.hits, self.misses, self.evictions, self.bytes, len(self._pieces), self.max_bytes,
+                              self.computed_tokens, self.computed_s, self.reused_tokens)
 
 
 _attached: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -133,10 +150,17 @@ def _weights(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def unusable(variant: Variant, enc: EncodedPrompt) -> str | None:
-    """Why ``enc`` under ``variant`` cannot reuse cached documents, or None."""
+def variant_problem(variant: Variant) -> str | None:
+    """Why no prompt read under ``variant`` can reuse cached documents, or None."""
     if variant.mask != "sbp":
         return f"variant {variant.name!r} lets a document see text it cannot be cached without (only 'sbp' reads documents apart)"
+    return None
+
+
+def unusable(variant: Variant, enc: EncodedPrompt) -> str | None:
+    """Why ``enc`` under ``variant`` cannot reuse cached documents, or None."""
+    if variant_problem(variant):
+        return variant_problem(variant)
     if {s for s in enc.set_ids if s >= 0} != {0}:
         return "a prompt with one set is cached (this one has none or several)"
     return None
@@ -228,8 +252,9 @@ def identity(model, adapter, variant: Variant) -> tuple:
 def _piece(store: DocumentCache, key: tuple, compute) -> Layers:
     found = store.get(key)
     if found is None:
+        start = time.perf_counter()
         found = compute()
-        store.put(key, found)
+        store.put(key, found, time.perf_counter() - start)
     return found
 
 

@@ -44,6 +44,9 @@ class EvalConfig:
         metavar="P[,P...]"))
     verify_invariance: bool = field(default=False, metadata=_help(
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
+    cache_mb: float = field(default=512.0, metadata=_help(
+        "--dataset documents under --variant sbp: keep each document's keys and values (at most MB) and reuse them across the "
+        "orderings and questions that share it (setllm.core.doccache); 0: read every document afresh", metavar="MB"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
     readout: str | None = field(default=None, metadata=_help(
         "judge datasets: how candidates are scored (setllm.readouts); default: the one the adapter was trained for, else likelihood", choices=list(READOUTS)))

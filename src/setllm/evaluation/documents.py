@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core import doccache
 from ..io import rundir
 from ..tasks import documents as docs
 from . import store
@@ -38,14 +39,17 @@ def run_documents(lm, cfg: EvalConfig, records: Sequence[docs.DocRecord], source
         docs.row_positions(r, positions)
     one_run = lm.variant.invariant and not cfg.verify_invariance
     settings = {**settings, "gold_positions": cfg.gold_positions}
+    # Every row reads its documents as one set: under sbp they are read once, whatever the order.
+    cache = lm.cache_documents(cfg.cache_mb) if cfg.cache_mb > 0 and doccache.variant_problem(lm.variant) is None else None
     with rundir.claimed(cfg.out) as out:
         if cfg.overwrite:
             store.clear(out)
         store.check_settings(out, settings)
-        return _run(lm, cfg, records, positions, keys, one_run, settings, out)
+        return _run(lm, cfg, records, positions, keys, one_run, settings, out, cache)
 
 
-def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool, settings: dict, out: Path) -> dict:
+
+def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool, settings: dict, out: Path, cache=None) -> dict:
     from tqdm.auto import tqdm
 
     done = store.load_predictions(out)
@@ -64,11 +68,21 @@ def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool
     summary = summarize(rows, cfg, settings, lm)
     summary.update(docs.position_accuracy(rows, keys if positions is not None else _common_keys(rows)))
     summary.update(gold_positions=cfg.gold_positions, wall_time_s=round(time.perf_counter() - started, 3),
-                   resumed_questions=len(records) - len(todo),
+                   resumed_questions=len(records) - len(todo), **_cache_summary(cache),
                    note=("invariant variant: one run per row stands for every gold position" if one_run else
                          "every asked gold position run; majority = the most generated answer over them"))
     store.write_json(out / store.SUMMARY_FILE, summary)
     return summary
+
+
+def _cache_summary(cache) -> dict:
+    """What the document cache did in this run (the cache lives with the model: counts since it was made)."""
+    if cache is None:
+        return {}
+    s = cache.stats()
+    return {"document_cache": {"hits": s.hits, "misses": s.misses, "evictions": s.evictions, "bytes": s.bytes,
+                               "reused_tokens": s.reused_tokens, "computed_tokens": s.computed_tokens,
+                               "computed_s": round(s.computed_s, 3), "saved_s_estimate": round(s.saved_s, 3)}}
 
 
 def _common_keys(rows: Sequence[dict]) -> list[str]:
