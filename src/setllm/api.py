@@ -19,7 +19,7 @@ from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import EncodedPrompt
-from .core.prompt import PromptLike, SetPrompt, as_prompt
+from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
@@ -205,28 +205,56 @@ class SetLLM:
         return self.codec.response_ids(prompt, option, self.options.eos if eos is None else eos)
 
     # -- score --------------------------------------------------------------------------
-    def score(self, prompts: PromptLike | Sequence[PromptLike], options: Sequence[str] | Sequence[Sequence[str]] | None = None,
-              eos: bool | None = None) -> list[scoring.OptionScore] | list[list[scoring.OptionScore]]:
-        """Log-likelihood of each option as the response to a prompt, or to each of a list.
-
-        One prompt (markup text, a list holding a set, a :class:`SetPrompt`...) takes a flat
-        list of ``options`` and returns its scores, a flat list, as HTTP ``/v1/score`` does:
-        ``lm.score("Pick one:\n{{apple\n||dog\n}}Answer:", ["apple", "dog"])``. A list of
-        prompts takes one list of options per prompt (``options[i]``: prompt ``i``'s) and
-        returns one list of scores per prompt; so does one prompt given options nested that
-        way (``[["apple", "dog"]]``). Options default to the elements of the prompt's set.
-        Each option is scored as its text + EOS (``eos=False``: the text alone).
+    def score(self, prompt: PromptLike, options: Sequence[str] | None = None, eos: bool | None = None) -> list[scoring.OptionScore]:
+        """Log-likelihood of each option as the response to one prompt (markup text, a list
+        holding a set, a :class:`SetPrompt`...), in the options' order, as HTTP ``/v1/score``
+        scores: ``lm.score("Pick one:\n{{apple\n||dog\n}}Answer:", ["apple", "dog"])``.
+        Options default to the elements of the prompt's set. Each option is scored as its
+        text + EOS (``eos=False``: the text alone). Many prompts: :meth:`score_many`.
         """
-        if _is_single_prompt(prompts) and not _nested(options):
-            flat = None if options is None else [option_list(options, "options", empty=True)]
-            return self._score_many([as_prompt(prompts)], flat, eos)[0]
-        _check_prompt_list(prompts, options)
-        return self._score_many(_prompt_list(prompts), options, eos)
+        if not _is_single_prompt(prompt) or _nested(options):
+            _check_prompt_list(prompt, options)
+            warnings.warn("SetLLM.score takes one prompt and a flat list of options; for a list of prompts (or options given "
+                          "one list per prompt) call SetLLM.score_many(prompts, options), which returns one list per prompt",
+                          FutureWarning, stacklevel=2)
+            return self.score_many(_prompt_list(prompt), options, eos)
+        return self._score_many([as_prompt(prompt)], None if options is None else [options], eos, single=True)[0]
 
-    def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None) -> list[list[scoring.OptionScore]]:
+    def score_many(self, prompts: Sequence[PromptLike], options: Sequence[Sequence[str]] | None = None,
+                   eos: bool | None = None) -> list[list[scoring.OptionScore]]:
+        """:meth:`score` for a list of prompts, ``options[i]`` prompt ``i``'s (default: the
+        elements of each prompt's set): one list of scores per prompt, batched."""
+        if isinstance(prompts, (str, SetPrompt, dict)) or not isinstance(prompts, Sequence):
+            raise InputError(f"score_many takes a list of prompts, got {type(prompts).__name__}; for one prompt call score")
+        return self._score_many([as_prompt(p) for p in prompts], options, eos)
+
+    def score_request(self, prompt: PromptLike, options: Sequence[str], eos: bool | None = None,
+                      name: str = "options") -> scoring.ScoreRequest:
+        """The one way a prompt and its options become a request of the scoring driver (the
+        library's :meth:`score`, the server, the CLI's checks of a file's rows): options
+        checked (text; blank only where EOS follows it: a judge's empty candidate), the prompt
+        prepared and encoded once, each option as its response (+ EOS unless ``eos=False``),
+        then :meth:`encoded_request`'s checks. Errors name ``name`` (``options[2] ...``)."""
+        texts = option_list(options, name, empty=True)
+        enc, ids = self.codec.request(prompt, texts, self.options.eos if eos is None else eos)
+        return self.encoded_request(enc, ids, name)
+
+    def encoded_request(self, prompt: EncodedPrompt, options: Sequence[Sequence[int]], name: str = "options") -> scoring.ScoreRequest:
+        """A request of token ids already made (the lm-eval backend tokenizes continuations
+        its own way): every option holds a token (:class:`InputError`), and the prompt with
+        its longest option fits the model (:class:`setllm.core.prompt.PromptTooLong`)."""
+        empty = next((i for i, o in enumerate(options) if not o), None)
+        if empty is not None:
+            raise InputError(f"{name}[{empty}] tokenizes to nothing; options must be non-empty text")
+        self.codec.check_fits(prompt, max(map(len, options), default=0), "longest option")
+        return scoring.ScoreRequest(prompt, [list(o) for o in options])
+
+    def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None,
+                    single: bool = False) -> list[list[scoring.OptionScore]]:
         # Default options keep the caller's element order; the scores come back in it.
-        # An empty option is a response of EOS alone (a judge's empty candidate); without EOS it tokenizes to nothing (refused).
-        options = [options_of(p) for p in prompts] if options is None else [option_list(o, f"options[{i}]", empty=True) for i, o in enumerate(options)]
+        options = [options_of(p) for p in prompts] if options is None else options
+        if isinstance(options, str) or not isinstance(options, Sequence):
+            raise InputError(f"options must be one list of options per prompt, got {type(options).__name__}")
         if len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
         results: list[list[scoring.OptionScore]] = []
@@ -234,10 +262,10 @@ class SetLLM:
         # at once, so that the blocks fill (a lone short prompt pays a whole 64-row block).
         window = self.batch_size * SCORING_WINDOW
         for lo in self._chunks(len(prompts), "scoring", window):
-            chunk, opts = prompts[lo : lo + window], options[lo : lo + window]
-            requests = [scoring.ScoreRequest(self.encode(p), [self.response_ids(p, o, eos) for o in os_]) for p, os_ in zip(chunk, opts)]
+            chunk = range(lo, min(lo + window, len(prompts)))
+            requests = [self.score_request(prompts[i], options[i], eos, "options" if single else f"options[{i}]") for i in chunk]
             sums = self.score_encoded(requests)
-            results += [scoring.to_option_scores(o, s) for o, s in zip(opts, sums)]
+            results += [scoring.to_option_scores(options[i], s) for i, s in zip(chunk, sums)]
         return results
 
     def choose(self, question: str, options: Sequence[str], context: str | None = None, normalize: bool = False) -> Choice:
@@ -249,7 +277,7 @@ class SetLLM:
         if context is not None and not isinstance(context, str):
             raise InputError(f"context must be text or None, got {type(context).__name__}")
         options = check_choices(options)
-        scores = self.score([mc_prompt(question, options, context)], [options])[0]
+        scores = self.score(mc_prompt(question, options, context), options)
         return pick(scores, normalize)
 
     # -- judge --------------------------------------------------------------------------
@@ -271,7 +299,7 @@ class SetLLM:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
         judged = [JudgeRow(check_text(instr, "instruction"), tuple(check_candidates(c)), _optional_text(inp, "input"))
                   for instr, c, inp in rows]
-        scores = candidate_scores(self.score, judged, readout or self.judge_readout)
+        scores = candidate_scores(self.score_many, judged, readout or self.judge_readout)
         return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
 
     # -- documents ----------------------------------------------------------------------
@@ -444,8 +472,7 @@ def _is_single_prompt(obj) -> bool:
     """One prompt: text, a SetPrompt, a JSON-style dict, or a list that holds a set."""
     if isinstance(obj, (str, SetPrompt, dict)):
         return True
-    return isinstance(obj, (list, tuple)) and any(isinstance(x, (set, frozenset)) or type(x).__name__ == "Set"
-                                                  or (isinstance(x, dict) and "set" in x) for x in obj)
+    return isinstance(obj, (list, tuple)) and any(isinstance(x, (set, frozenset, Set)) or (isinstance(x, dict) and "set" in x) for x in obj)
 
 
 def _nested(options) -> bool:

@@ -66,7 +66,7 @@ def test_loglikelihood_equals_setllm_scoring(lm, llm):
 def test_requests_sharing_a_context_share_one_prefill(lm, monkeypatch):
     rows = []
     real = scoring._packed_prefill
-    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed: rows.append(len(packed.encs)) or real(model, packed))
+    monkeypatch.setattr(scoring, "_packed_prefill", lambda model, packed, first: rows.append(len(packed.encs)) or real(model, packed, first))
     other = CONTEXT.replace("France", "Hungary")
     loglikelihoods(lm, [(c, o) for o in OPTIONS for c in (CONTEXT, other)])
     assert rows == [2]  # six requests, two contexts: one prefill of the two

@@ -294,8 +294,7 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
 
     for prompt, responses in asks:
         try:  # the fit rule the scoring driver applies (setllm.core.runtime.check_fits)
-            enc = lm.encode(prompt)
-            lm.codec.check_fits(enc, max((len(lm.response_ids(prompt, r)) for r in responses), default=0), "longest response")
+            lm.score_request(prompt, responses)
         except PromptError as e:
             hint = f"; {_longest_part(lm, parts)}" if isinstance(e, PromptTooLong) else ""
             raise DataError(f"{row['where']} (id {row['id']!r}): {e}{hint}") from None

@@ -98,7 +98,7 @@ def _choose_file(args: argparse.Namespace) -> int:
             from ..core.templates import mc_prompt
             from ..policy import pick
 
-            scores = lm.score([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
+            scores = lm.score_many([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
             picks = [pick(s, args.normalize) for s in scores]
             return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
 

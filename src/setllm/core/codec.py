@@ -8,12 +8,13 @@ not). Reading any of it from the prompt as given would let the element order lea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .encoding import EncodedPrompt, PromptEncoder
-from .prompt import PromptError, PromptLike, Set, SetPrompt, as_prompt
-from .runtime import PromptTooLong, check_fits  # noqa: F401  (PromptTooLong: re-exported, the codec's refusal)
+from .prompt import PromptError, PromptLike, PromptTooLong, Set, SetPrompt, as_prompt  # noqa: F401  (PromptTooLong: the codec's refusal)
+from .runtime import check_fits
 from .templates import response_text
 from .variants import Variant
 
@@ -72,9 +73,7 @@ class Codec:
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
         """Tokenize a prompt (see :meth:`prepare`) and check it fits the model with room for
         a response (:meth:`check_fits`)."""
-        enc = self.encoder.encode(self.prepare(prompt))
-        self.check_fits(enc)
-        return enc
+        return self.request(prompt, [])[0]
 
     def check_fits(self, enc: EncodedPrompt, response: int = 0, what: str = "response") -> None:
         """Refuse (:class:`PromptTooLong`) an encoded prompt that, with ``response`` tokens of
@@ -82,6 +81,14 @@ class Codec:
         :func:`setllm.core.runtime.check_fits`, in this reading's positions."""
         if self.config is not None:
             check_fits(self.config, len(enc), enc.positions(self.variant.positions)[1], self.variant.positions, response, what)
+
+    def request(self, prompt: PromptLike, texts: Sequence[str], eos: bool = True) -> tuple[EncodedPrompt, list[list[int]]]:
+        """``prompt`` encoded (:meth:`encode`) and each of ``texts`` as its response
+        (:meth:`response_ids`), the prompt prepared once."""
+        prepared = self.prepare(prompt)
+        enc = self.encoder.encode(prepared)
+        self.check_fits(enc)
+        return enc, [self._response(prepared, t, eos) for t in texts]
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of plain text tokenized on its own, as every segment and response is."""
@@ -100,6 +107,9 @@ class Codec:
         response that starts with whitespace is kept as written; otherwise it is joined to
         the prompt's last character as running text would join it.
         """
-        after = "\n" if self.chat else self.prepare(prompt).text()[-1:]
+        return self._response(self.prepare(prompt), text, eos)
+
+    def _response(self, prepared: SetPrompt, text: str, eos: bool) -> list[int]:
+        after = "\n" if self.chat else prepared.text()[-1:]
         ids = self.encoder.tokenize(text if text[:1].isspace() else response_text(text, after))
         return ids + [self.eos_id] if eos and self.eos_id is not None else ids

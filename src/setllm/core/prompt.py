@@ -25,6 +25,11 @@ class PromptError(InputError):
     """A set prompt is malformed; the message says what and where."""
 
 
+class PromptTooLong(PromptError):
+    """A prompt, or a prompt and its response, past the model's context (the server answers
+    413); raised by the one fit rule, :func:`setllm.core.runtime.check_fits`."""
+
+
 @dataclass(frozen=True, init=False)
 class Set:
     """An unordered collection of text elements inside a prompt.

@@ -15,7 +15,7 @@ from functools import cache as _once
 from ..errors import InputError
 from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
-from .prompt import PromptError
+from .prompt import PromptTooLong
 from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
 
 
@@ -59,10 +59,6 @@ def layer_windows(config) -> dict[str, int | None]:
     window = sliding_window(config)
     types = getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"]
     return {t: window if t == "sliding_attention" else None for t in dict.fromkeys(types)}
-
-
-class PromptTooLong(PromptError):
-    """A prompt, or a prompt and its response, past the model's context (the server answers 413)."""
 
 
 def check_fits(config, tokens: int, end: int, scheme: str, response: int = 0, what: str = "response") -> None:

@@ -224,7 +224,7 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
     start = time.perf_counter()
     if readout in (None, *PROMPT_READOUTS):  # the template's own prompt and options (summed, or per token)
         rendered = [template.render(q.record, o) for q, o in items]
-        scores = lm.score([r.prompt for r in rendered], [r.options for r in rendered])
+        scores = lm.score_many([r.prompt for r in rendered], [r.options for r in rendered])
         if readout == "mean":  # exactly readouts' `mean` on the trained judge prompt, on any template
             scores = [[OptionScore(x.text, x.mean_logprob, x.mean_logprob, x.n_tokens) for x in row] for row in scores]
     else:
@@ -237,7 +237,7 @@ def score_batch(lm, template: Template, items: list[tuple[_Question, Ordering]],
 
 def _readout_scores(lm, items: list[tuple[MCRecord, Ordering]], readout: str) -> list[list[OptionScore]]:
     rows = [JudgeRow(r.question, tuple(c.strip() for c in shown(r, o)), r.context) for r, o in items]
-    return [[OptionScore(c, s, s, 0) for c, s in zip(row.candidates, got)] for row, got in zip(rows, candidate_scores(lm.score, rows, readout))]
+    return [[OptionScore(c, s, s, 0) for c, s in zip(row.candidates, got)] for row, got in zip(rows, candidate_scores(lm.score_many, rows, readout))]
 
 
 def _due(record: MCRecord, one_run: bool, cfg: EvalConfig, template: Template | None = None) -> list[Ordering]:

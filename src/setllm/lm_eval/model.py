@@ -224,7 +224,7 @@ class SetLLMLM(TemplateLM):
         window = self.llm.batch_size * SCORING_WINDOW
         for lo in tqdm(range(0, len(order), window), desc="setllm loglikelihood", unit="window", disable=disable_tqdm):
             chunk = order[lo : lo + window]
-            requests = [scoring.ScoreRequest(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
+            requests = [self.llm.encoded_request(pairs[idx[0]][0], [pairs[i][1] for i in idx]) for idx in chunk]
             for idx, row in zip(chunk, self.llm.score_encoded(requests)):
                 for i, score in zip(idx, row):
                     results[i] = (score.logprob, score.greedy)

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import torch
 
 from ..core import scoring
-from ..core.codec import PromptTooLong
 from ..core.encoding import NOT_IN_SET, EncodedPrompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt
@@ -203,39 +202,30 @@ class Engine:
     def _prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob, limit: bool = True) -> _Prepared:
         if isinstance(job, JudgeJob):  # its asks are prepared as it runs (_score_asks)
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
-        enc = self._encode(job.prompt, self.max_prompt_tokens if limit else None)
+        limit = self.max_prompt_tokens if limit else None
         if isinstance(job, GenerateJob):
-            self._check_fits(enc, job.config.max_new_tokens if job.config else 0, "max_new_tokens")
+            enc = self._within(self._encode(job.prompt), limit)
+            self.lm.codec.check_fits(enc, job.config.max_new_tokens if job.config else 0, "max_new_tokens")
             return _Prepared(index, enc, key=self._lone_key())
-        ids = [self.lm.response_ids(job.prompt, o) for o in job.options]
-        empty = [i for i, x in enumerate(ids) if not x]
-        if empty:
-            raise BadRequest(f"options[{empty[0]}] tokenizes to nothing; options must be non-empty text")
-        self._check_fits(enc, max(map(len, ids)), "longest option")
+        request = self.lm.score_request(job.prompt, job.options)  # the library's own request: same checks, same ids
+        enc, ids = self._within(request.prompt, limit), request.options
         if self.identical_only:  # the same prompt and option set: one computation, whatever the order
             return _Prepared(index, enc, ids, ("same", scoring.identity(enc), tuple(sorted({tuple(x) for x in ids}))))
         return _Prepared(index, enc, ids, ("score",))
 
-    def _encode(self, prompt: SetPrompt | tuple[int, ...], limit: int | None) -> EncodedPrompt:
+    def _encode(self, prompt: SetPrompt | tuple[int, ...]) -> EncodedPrompt:
         if isinstance(prompt, tuple):  # token ids, read as the plain text they are
             bad = [t for t in prompt if not 0 <= t < len(self.lm.tokenizer)]
             if bad or not prompt:
                 raise BadRequest(f"prompt: token id {bad[0]} is not in the vocabulary" if bad else "prompt: no tokens")
-            enc = EncodedPrompt.plain(prompt)
-        else:
-            try:
-                enc = self.lm.encode(prompt)  # canonical in exact mode, checked against the context
-            except PromptTooLong as e:
-                raise TooLong(str(e)) from None
+            return EncodedPrompt.plain(prompt)
+        return self.lm.encode(prompt)  # canonical in exact mode, checked against the context
+
+    @staticmethod
+    def _within(enc: EncodedPrompt, limit: int | None) -> EncodedPrompt:
         if limit is not None and len(enc) > limit:
             raise TooLong(f"prompt is {len(enc)} tokens; this server takes at most {limit} (--max-prompt-tokens)")
         return enc
-
-    def _check_fits(self, enc: EncodedPrompt, response: int, what: str) -> None:
-        try:
-            self.lm.codec.check_fits(enc, response, what)  # the one fit rule, in positions
-        except PromptTooLong as e:
-            raise TooLong(str(e)) from None
 
     def _lone_key(self) -> tuple:
         return ("alone", next(self._lone))

@@ -6,6 +6,7 @@ so a failing request can only ever fail itself.
 
 from __future__ import annotations
 
+from ..core.prompt import PromptTooLong
 from ..errors import SetLLMError
 
 
@@ -66,9 +67,12 @@ def one_line(text: str) -> str:
 
 def as_api_error(exc: BaseException) -> ApiError:
     """The client-facing form of anything a request raised: a user's mistake
-    (:class:`SetLLMError`) is a 400 with its own message, anything else is a bug (500)."""
+    (:class:`SetLLMError`) is a 400 with its own message, a prompt past the model's context
+    (:class:`PromptTooLong`, the one fit rule's refusal) a 413, anything else is a bug (500)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, PromptTooLong):
+        return TooLong(str(exc))
     if isinstance(exc, SetLLMError):
         return BadRequest(str(exc) or type(exc).__name__)
     return Internal(f"internal error ({type(exc).__name__}); the request was not answered, the server goes on")
