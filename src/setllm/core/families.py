@@ -9,7 +9,7 @@ code that acts on it reads it from here.
   tokenizer's own BOS in front of every prompt (:func:`setllm.core.encoding._bos_prefix`) and a
   chat template's BOS is not doubled.
 - Gemma 2: attention logits are soft-capped, which sdpa cannot do: loaded with eager
-  attention, and :mod:`setllm.core.segments` applies the cap itself.
+  attention, and :mod:`setllm.core.packed_attention` applies the cap itself.
 - Gemma 2/3, Qwen 2/3 with ``use_sliding_window``, Mistral, Phi-3: sliding-window layers.
   The window is applied by setllm's masks, counted in positions
   (:func:`setllm.core.masks.window_mask`), per layer type (:func:`setllm.core.runtime.layer_windows`).

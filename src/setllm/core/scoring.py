@@ -17,7 +17,7 @@ differences when rows move). So:
   tokens, and every linear layer multiplies it as blocks of exactly :func:`matmul_rows` rows,
   one size per device type (the output head ``HEAD_ROWS``; the last block zero-padded,
   :func:`setllm.core.runtime.fixed_row_linears`), whatever the batch;
-- attention, the one place tokens meet, runs per request (:mod:`setllm.core.segments`) on a block
+- attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
   :func:`setllm.core.flex.padded_length`), each option right-padded to a multiple of
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from . import segments
+from . import packed_attention
 from .batch import Batch, collate, continuation_layout, response_steps
 from .encoding import EncodedPrompt
 from .flex import padded_length
@@ -173,9 +173,9 @@ class _Prompts:
     def keys(self, i: int) -> list[int]:
         """Prompt ``i``'s packed token indices, left-padded to its bucket."""
         n = len(self.encs[i])
-        return [segments.PAD] * (self.batches[i].input_ids.shape[1] - n) + list(range(self.starts[i], self.starts[i] + n))
+        return [packed_attention.PAD] * (self.batches[i].input_ids.shape[1] - n) + list(range(self.starts[i], self.starts[i] + n))
 
-    def segment(self, i: int, queries: list[int], keys: list[int], response: torch.Tensor | None = None) -> segments.Segment:
+    def block(self, i: int, queries: list[int], keys: list[int], response: torch.Tensor | None = None) -> packed_attention.AttentionBlock:
         """Prompt ``i``'s attention block (``response``: a ``[L]`` valid flag, for a response
         after it), with its masks read off the prompt's own layout."""
         layout, q_len = self.batches[i].layout, None
@@ -184,13 +184,13 @@ class _Prompts:
             q_len, layout = len(response), layout.cat(continuation_layout(response[None], positions[None]))
         n = layout.shape[1]
         if response is None and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
-            return segments.Segment(queries, keys, None, None, segments.FlexMask(self.variant.mask, layout, self.window))
+            return packed_attention.AttentionBlock(queries, keys, None, None, packed_attention.FlexMask(self.variant.mask, layout, self.window))
         q_len = q_len or n
 
         def mask(window):
             return render_bool(variant_mask(self.variant.mask, layout, window), 1, q_len, n, q_offset=n - q_len)[0, 0]
 
-        return segments.Segment(queries, keys, mask(None), mask(self.window) if self.window is not None else None)
+        return packed_attention.AttentionBlock(queries, keys, mask(None), mask(self.window) if self.window is not None else None)
 
 
 def matmul_rows(model) -> int:
@@ -238,10 +238,10 @@ def _packed_prefill(model, packed: _Prompts, rows):
     and a forward of the rows on its cache, in one forward."""
     ids = [t for e in packed.encs for t in e.input_ids]
     pos = [p for e in packed.encs for p in e.positions(packed.variant.positions)[0]]
-    segs = [packed.segment(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))]
+    segs = [packed.block(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))]
     keep = [s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)]
     r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
-    plan = segments.plan(segs + r_segs, packed.total + m, packed.total + m)
+    plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
     try:
         out = _packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
                               torch.tensor(keep + r_keep))
@@ -261,9 +261,9 @@ def _option_rows(packed: _Prompts, rows, base: int):
         nxt = int(packed.batches[i].next_positions[0])
         ids += o
         pos += (nxt + response_steps(packed.variant.positions, n)).tolist()
-        own = list(range(start, start + n)) + [segments.PAD] * (length - n)
-        keys = packed.keys(i) + [packed.total + j if j != segments.PAD else j for j in own]
-        segs.append(packed.segment(i, [j + base if j != segments.PAD else j for j in own], keys, torch.arange(length) < n))
+        own = list(range(start, start + n)) + [packed_attention.PAD] * (length - n)
+        keys = packed.keys(i) + [packed.total + j if j != packed_attention.PAD else j for j in own]
+        segs.append(packed.block(i, [j + base if j != packed_attention.PAD else j for j in own], keys, torch.arange(length) < n))
         keep += range(base + start, base + start + n - 1)  # token j predicts token j + 1
         start += n
     return ids, pos, segs, keep, start
@@ -273,7 +273,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
     """Tokens 1.. of each option row ``(prompt index, ids)`` on the prompts' cache: their
     log-probs and whether each was the argmax. The cache is left as it was."""
     ids, pos, segs, keep, m = _option_rows(packed, rows, 0)
-    plan = segments.plan(segs, m, packed.total + m)
+    plan = packed_attention.plan(segs, m, packed.total + m)
     try:
         out = _packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     finally:
@@ -305,8 +305,8 @@ def _truncate(cache, n: int) -> None:
 def _packed_forward(model, plan, ids, pos, cache, keep):
     """One forward of a packed row under ``plan``, keeping the logits of rows ``keep``."""
     device = model.device
-    with segments.segments_on(model, plan):
-        return model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=segments.placeholder_mask(device),
+    with packed_attention.blocks_on(model, plan):
+        return model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=packed_attention.placeholder_mask(device),
                      use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
 
 

@@ -50,8 +50,11 @@ class LoadOptions:
     variant: str | None = field(default=None, metadata={"help": "how prompts are read (mask + positions); default: the adapter's, else "
                                                                 "setmask-setpe; sbp and canonical read the base model order-invariantly "
                                                                 "without training (docs/methods.md compares them)", "choices": list(VARIANTS)})
-    attn: str = field(default="auto", metadata={"help": f"attention implementation: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ tokens), "
-                                                        f"{', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask)", "metavar": "IMPL"})
+    attn: str = field(default="auto", metadata={
+        "help": f"attention of generation, logprobs/echo and training: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ "
+                f"tokens), {', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask); scoring always runs setllm's own "
+                "attention per request (sdpa blocks), on flex for long prompts under auto and every prompt under flex_attention",
+        "metavar": "IMPL"})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda; default: CUDA if available", "metavar": "DEV"})
     dtype: str = field(default="float32", metadata={"help": "weight dtype (float32 on CPU: it has no fast bf16)", "choices": list(DTYPES)})
     chat: bool | None = field(default=None, metadata=tristate(

@@ -3,9 +3,9 @@
 Scoring runs many prompts (and then many option rows) in one forward. Every layer but
 attention works token by token, so their tokens are packed into one row of real tokens
 only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.core.scoring`).
-Attention is the one place where tokens meet: :func:`segment_attention` runs each request
+Attention is the one place where tokens meet: :func:`block_attention` runs each request
 on a block of its own, its queries and keys gathered out of the packed row and padded to a
-shape fixed by the request alone (``Segment``), with the request's own mask. Requests whose
+shape fixed by the request alone (:class:`AttentionBlock`), with the request's own mask. Requests whose
 blocks have the same shape are stacked into one attention call; a block's result does not
 depend on the others stacked with it, as a row of a fixed-shape product does not.
 
@@ -17,7 +17,7 @@ runs on flex is decided by its length and the device (:func:`setllm.core.runtime
 never by what else is in the batch.
 
 The attention implementation is registered with transformers' ``AttentionInterface``
-(its public hook for custom attention) and switched on only inside :func:`segments_on`.
+(its public hook for custom attention) and switched on only inside :func:`blocks_on`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .masks import TokenLayout
 from .runtime import attention_implementation
 from .variants import MaskKind
 
-NAME = "setllm_segments"
+NAME = "setllm_packed_attention"
 PAD = -1  # a gathered position that is padding (reads a zero vector)
 
 
@@ -49,7 +49,7 @@ class FlexMask:
 
 
 @dataclass(frozen=True)
-class Segment:
+class AttentionBlock:
     """One request's attention block: the packed query and key index of each of its rows and
     keys (``PAD`` for padding), its mask ``[Q, K]`` (True = attend), and the same mask within
     the model's sliding window for the layers that slide (None: the model has no window).
@@ -64,7 +64,7 @@ class Segment:
 
 @dataclass(frozen=True)
 class _Group:
-    """Segments of one shape, stacked: gather indices ``[G, Q]``/``[G, K]`` (padding points
+    """Attention blocks of one shape, stacked: gather indices ``[G, Q]``/``[G, K]`` (padding points
     one past the end, at a zero row), masks ``[G, 1, Q, K]``, and where real query rows go."""
 
     queries: torch.Tensor
@@ -105,21 +105,21 @@ class _Group:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every segment of one forward, grouped by shape."""
+    """Every attention block of one forward, grouped by shape."""
 
     groups: list[_Group]
     n_queries: int
     n_keys: int
 
 
-def plan(segments: Sequence[Segment], n_queries: int, n_keys: int) -> Plan:
-    by_shape: dict[tuple, list[Segment]] = {}
-    for i, s in enumerate(segments):  # a flex block is a group of its own
+def plan(blocks: Sequence[AttentionBlock], n_queries: int, n_keys: int) -> Plan:
+    by_shape: dict[tuple, list[AttentionBlock]] = {}
+    for i, s in enumerate(blocks):  # a flex block is a group of its own
         by_shape.setdefault((len(s.queries), len(s.keys)) if s.flex is None else ("flex", i), []).append(s)
     return Plan([_group(members, n_queries, n_keys) for members in by_shape.values()], n_queries, n_keys)
 
 
-def _group(members: Sequence[Segment], n_queries: int, n_keys: int) -> _Group:
+def _group(members: Sequence[AttentionBlock], n_queries: int, n_keys: int) -> _Group:
     queries = torch.tensor([[n_queries if i == PAD else i for i in s.queries] for s in members])
     keys = torch.tensor([[n_keys if i == PAD else i for i in s.keys] for s in members])
     flat = queries.reshape(-1)
@@ -131,14 +131,14 @@ def _group(members: Sequence[Segment], n_queries: int, n_keys: int) -> _Group:
     return _Group(queries, keys, mask, windowed, flat[real], real)
 
 
-_PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_segment_plan")
+_PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_attention_plan")
 
 
-def segment_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
+def block_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
     """Attention of a packed row ``query [1, H, Sq, d]``, ``key/value [1, Hkv, Sk, d]``,
     block by block as the current :class:`Plan` says. The ``attention_mask`` transformers
     passes is a placeholder; a layer that slides says so by its ``sliding_window`` argument
-    and gets the segments' windowed masks. Returns ``[1, Sq, H, d]`` as transformers'
+    and gets the blocks' windowed masks. Returns ``[1, Sq, H, d]`` as transformers'
     attention functions do."""
     p = _PLAN.get()
     sliding = kwargs.get("sliding_window") is not None
@@ -179,8 +179,8 @@ def _attend(q, k, v, mask, scaling, softcap):
 
 
 @contextmanager
-def segments_on(model, p: Plan):
-    """Inside, ``model``'s attention runs :func:`segment_attention` under plan ``p``."""
+def blocks_on(model, p: Plan):
+    """Inside, ``model``'s attention runs :func:`block_attention` under plan ``p``."""
     _register()
     token = _PLAN.set(p)
     try:
@@ -198,7 +198,7 @@ def _register() -> None:
     if not _registered:
         from transformers import AttentionInterface
 
-        AttentionInterface.register(NAME, segment_attention)
+        AttentionInterface.register(NAME, block_attention)
         _registered = True
 
 

@@ -1,4 +1,4 @@
-"""Packed attention (:mod:`setllm.core.segments`) against an independent construction: each request's
+"""Packed attention (:mod:`setllm.core.packed_attention`) against an independent construction: each request's
 block gathered by hand, padded, and put through the attention formula written out."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, mc_prompt
-from setllm.core import scoring, segments
+from setllm.core import packed_attention, scoring
 
-PAD = segments.PAD
+PAD = packed_attention.PAD
 
 
 def by_hand(q, k, v, segs, scale, softcap=None):
@@ -45,7 +45,7 @@ def random_segments(gen):
         mask = torch.rand(size, size, generator=gen) < 0.7
         mask[:, : size - n] = False  # padding is never attended
         mask[torch.arange(size), torch.arange(size)] |= torch.tensor(idx) != PAD  # every real row sees itself
-        segs.append(segments.Segment(idx, idx, mask))
+        segs.append(packed_attention.AttentionBlock(idx, idx, mask))
     return segs
 
 
@@ -54,13 +54,13 @@ def test_segment_attention_equals_each_request_by_hand(softcap):
     gen = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(1, 4, 11, 8, generator=gen), torch.randn(1, 2, 11, 8, generator=gen), torch.randn(1, 2, 11, 8, generator=gen)
     segs = random_segments(gen)
-    plan = segments.plan(segs, 11, 11)
+    plan = packed_attention.plan(segs, 11, 11)
     assert [g.queries.shape for g in plan.groups] == [(2, 4), (1, 8)]  # same shapes stacked
-    token = segments._PLAN.set(plan)
+    token = packed_attention._PLAN.set(plan)
     try:
-        got, _ = segments.segment_attention(None, q, k, v, None, scaling=0.3, softcap=softcap)
+        got, _ = packed_attention.block_attention(None, q, k, v, None, scaling=0.3, softcap=softcap)
     finally:
-        segments._PLAN.reset(token)
+        packed_attention._PLAN.reset(token)
     assert got.shape == (1, 11, 4, 8)
     torch.testing.assert_close(got, by_hand(q, k, v, segs, 0.3, softcap), rtol=1e-5, atol=1e-6)
 
