@@ -181,7 +181,7 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
 
 
 def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch):
-    """Generation's prefill: scoring runs its own attention per request (setllm.core.segments)."""
+    """Generation's prefill: scoring runs its own attention per request (setllm.core.packed_attention)."""
     import setllm.core.runtime as runtime
     from setllm.loading import options as load_options
 
