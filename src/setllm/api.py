@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
-from .core.encoding import EncodedPrompt
+from .core.encoding import NOT_IN_SET, EncodedPrompt
 from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
@@ -390,6 +390,29 @@ class SetLLM:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
         with self._running() as model:
             return scoring.token_details(model, self.variant, self.pad_id, prompt, response, top)
+
+    def echo_details(self, prompt: EncodedPrompt, top: int = 0) -> list[scoring.TokenDetail]:
+        """The prompt's own tokens with their log-probs under this reading (OpenAI's ``echo``,
+        what lm-eval's ``local-completions`` reads a continuation by); a token with none has
+        ``logprob`` None.
+
+        What a token's log-prob means depends on how the variant reads a prompt. Under a
+        causal variant every token reads only the tokens before it: each gets the plain
+        next-token log-prob (the first has none). Under the invariant variants a prompt is
+        read both ways, so inside it a token's "probability" would have seen the token itself:
+        the prompt up to its last set and one token after it is the prompt (log-probs None),
+        and the rest is read as the response to that prompt, exactly as setllm scores an
+        option (with no set at all, everything after the first token is). The one token
+        after the set keeps the reading invariant: the first response token is read from the
+        prompt's last token, which inside a set would see only the element that came last.
+        That is what ``local-completions`` needs: the continuation after a set context."""
+        cut = 1
+        if self.variant.invariant:
+            inside = [i for i, s in enumerate(prompt.set_ids) if s != NOT_IN_SET]
+            cut = inside[-1] + 2 if inside else 1
+        cut = min(cut, len(prompt))
+        head = EncodedPrompt(prompt.input_ids[:cut], prompt.set_ids[:cut], prompt.element_ids[:cut])
+        return [scoring.TokenDetail(t, None, []) for t in head.input_ids] + self.token_details(head, prompt.input_ids[cut:], top)
 
     # -- raw ----------------------------------------------------------------------------
     @torch.no_grad()

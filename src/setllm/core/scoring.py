@@ -331,7 +331,7 @@ class TokenDetail:
     """One response token: its log-prob and the ``top`` likeliest tokens in its place."""
 
     token: int
-    logprob: float
+    logprob: float | None  # None: a prompt token with no log-prob of its own (SetLLM.echo_details)
     top: list[tuple[int, float]]  # (token id, log-prob), likeliest first
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from ..core import scoring
-from ..core.encoding import NOT_IN_SET, EncodedPrompt
+from ..core.encoding import EncodedPrompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt
 from ..core.templates import mc_prompt
@@ -62,7 +62,7 @@ class GenerateJob:
     """Generate after ``prompt`` (a set prompt, or token ids read as plain text); with
     ``config`` None nothing is generated (OpenAI's ``max_tokens: 0``). ``logprobs``: also the
     log-prob of every token and the ``logprobs`` likeliest at its place; ``echo``: the
-    prompt's own tokens first (see :meth:`Engine._echo` for how they are read). Always read
+    prompt's own tokens first (read as :meth:`setllm.SetLLM.echo_details` says). Always read
     by the main model (``model``: as :class:`ScoreJob`'s, for :class:`Engines`)."""
 
     prompt: SetPrompt | tuple[int, ...]
@@ -88,7 +88,7 @@ class Scores:
 @dataclass(frozen=True)
 class TokenLogprob:
     """A token as OpenAI's ``logprobs`` show it: its text, log-prob (None: not defined, see
-    :meth:`Engine._echo`) and the likeliest tokens at its place, text -> log-prob."""
+    :meth:`setllm.SetLLM.echo_details`) and the likeliest tokens at its place, text -> log-prob."""
 
     text: str
     logprob: float | None
@@ -269,32 +269,16 @@ class Engine:
         return [Generated(text, steps, len(prep.enc), finish, prompt_text, tokens)]
 
     def _echo(self, enc: EncodedPrompt, top: int) -> list[TokenLogprob]:
-        """The prompt's own tokens with their log-probs, as OpenAI's ``echo`` shows them.
-
-        What a token's log-prob means depends on how the variant reads a prompt. Under a
-        causal variant every token reads only the tokens before it: each gets the plain
-        next-token log-prob (the first has none). Under the invariant variants a prompt is
-        read both ways, so inside it a token's "probability" would have seen the token itself:
-        the prompt up to its last set and one token after it is the prompt (log-probs None),
-        and the rest is read as the response to that prompt, exactly as setllm scores an
-        option (with no set at all, everything after the first token is). The one token
-        after the set keeps the reading invariant: the first response token is read from the
-        prompt's last token, which inside a set would see only the element that came last.
-        That is what ``local-completions`` in lm-eval needs: the continuation after a set
-        context."""
-        cut = 1
-        if self.lm.variant.invariant:
-            inside = [i for i, s in enumerate(enc.set_ids) if s != NOT_IN_SET]
-            cut = inside[-1] + 2 if inside else 1
-        cut = min(cut, len(enc))
-        head = EncodedPrompt(enc.input_ids[:cut], enc.set_ids[:cut], enc.element_ids[:cut])
-        pieces = [TokenLogprob(self._piece(t), None, None) for t in enc.input_ids[:cut]]
-        return pieces + self._details(head, enc.input_ids[cut:], top)
+        """The prompt's own tokens with their log-probs, as OpenAI's ``echo`` shows them
+        (which have one, and what it means: :meth:`setllm.SetLLM.echo_details`)."""
+        return self._formatted(self.lm.echo_details(enc, top), top)
 
     def _details(self, prompt: EncodedPrompt, response: Sequence[int], top: int) -> list[TokenLogprob]:
-        lm = self.lm
-        details = lm.token_details(prompt, response, top)
-        return [TokenLogprob(self._piece(d.token), d.logprob, {self._piece(t): lp for t, lp in d.top} if top else None) for d in details]
+        return self._formatted(self.lm.token_details(prompt, response, top), top)
+
+    def _formatted(self, details, top: int) -> list[TokenLogprob]:
+        return [TokenLogprob(self._piece(d.token), d.logprob,
+                             {self._piece(t): lp for t, lp in d.top} if top and d.logprob is not None else None) for d in details]
 
     def _piece(self, token: int) -> str:
         return self.lm.tokenizer.decode([token])
