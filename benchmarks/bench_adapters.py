@@ -83,7 +83,7 @@ def merged_copies_rss(kinds: list[str]) -> float:
 def score_all(lm) -> list[list[tuple[float, int]]]:
     from setllm import mc_prompt
 
-    out = lm.score([mc_prompt(q, o) for q, o in QUESTIONS], [o for _, o in QUESTIONS])
+    out = lm.score_many([mc_prompt(q, o) for q, o in QUESTIONS], [o for _, o in QUESTIONS])
     return [[(s.logprob, s.n_tokens) for s in row] for row in out]
 
 

@@ -53,7 +53,7 @@ def questions(data_dir: str, n: int):
 
 def bench_variants(lm: SetLLM, prompts, options, repeats):
     base = SetLLM(lm.model, lm.tokenizer, "causal-pe", batch_size=lm.batch_size)
-    t = alternate({"setllm": lambda: lm.score(prompts, options), "base": lambda: base.score(prompts, options)}, repeats)
+    t = alternate({"setllm": lambda: lm.score_many(prompts, options), "base": lambda: base.score_many(prompts, options)}, repeats)
     return {**t, "ratio_setllm_over_base": t["setllm"] / t["base"]}
 
 
@@ -63,7 +63,7 @@ def bench_kv_reuse(lm: SetLLM, prompts, options, repeats):
             for o in opts:
                 lm.logits(p, response=o)
 
-    t = alternate({"kv_reuse_batched": lambda: lm.score(prompts, options), "full_forward_per_option": per_option}, repeats)
+    t = alternate({"kv_reuse_batched": lambda: lm.score_many(prompts, options), "full_forward_per_option": per_option}, repeats)
     return {**t, "speedup": t["full_forward_per_option"] / t["kv_reuse_batched"]}
 
 
@@ -72,7 +72,7 @@ def bench_majority(lm: SetLLM, prompts, options, repeats):
     orders = list(itertools.permutations(range(4)))
     all_prompts = [p.permuted([o]) for p in prompts for o in orders]
     all_options = [opts for opts in options for _ in orders]
-    t = alternate({"setllm_one_run": lambda: lm.score(prompts, options),
+    t = alternate({"setllm_one_run": lambda: lm.score_many(prompts, options),
                    "majority_vote_24_orderings": lambda: base.score(all_prompts, all_options)}, repeats)
     return {**t, "orderings": len(orders), "ratio_majority_over_setllm": t["majority_vote_24_orderings"] / t["setllm_one_run"]}
 
@@ -81,8 +81,8 @@ def bench_adapter_merge(prompts, options, repeats):
     base, tok = load_model(None)
     wrapped = SetLLM(load_adapter(base, str(default_adapter()), merge=False), tok, batch_size=8)
     merged = SetLLM(load_model(None, str(default_adapter()), merge=True)[0], tok, batch_size=8)
-    t = alternate({"peft_wrapper": lambda: wrapped.score(prompts, options), "merged": lambda: merged.score(prompts, options)}, repeats)
-    diff = max(abs(a.logprob - b.logprob) for pa, pb in zip(wrapped.score(prompts, options), merged.score(prompts, options)) for a, b in zip(pa, pb))
+    t = alternate({"peft_wrapper": lambda: wrapped.score_many(prompts, options), "merged": lambda: merged.score_many(prompts, options)}, repeats)
+    diff = max(abs(a.logprob - b.logprob) for pa, pb in zip(wrapped.score_many(prompts, options), merged.score_many(prompts, options)) for a, b in zip(pa, pb))
     return {**t, "speedup": t["peft_wrapper"] / t["merged"], "max_abs_logprob_diff": diff}
 
 

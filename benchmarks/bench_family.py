@@ -60,7 +60,7 @@ def child(args) -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
-    lm.score(prompts, options)
+    lm.score_many(prompts, options)
     print(json.dumps({"variant": args.child, "rss_after_load_mb": loaded, "peak_rss_mb": status_mb("VmHWM")}))
 
 
@@ -84,7 +84,7 @@ def timing(args) -> dict:
     lm = SetLLM.from_pretrained(args.model, adapter=None, variant="setmask-setpe", batch_size=8, progress=False)
     base = lm.with_variant("causal-pe")
     prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
-    t = alternate({"setllm": lambda: lm.score(prompts, options), "base": lambda: base.score(prompts, options)}, args.repeats)
+    t = alternate({"setllm": lambda: lm.score_many(prompts, options), "base": lambda: base.score_many(prompts, options)}, args.repeats)
     return {**{k: round(v, 3) for k, v in t.items()}, "ratio_setllm_over_base": round(t["setllm"] / t["base"], 3)}
 
 
@@ -98,11 +98,11 @@ def head_blocks(args) -> dict:
     def narrow():
         scoring.WIDE_VOCAB = 10**9
         try:
-            lm.score(prompts, options)
+            lm.score_many(prompts, options)
         finally:
             scoring.WIDE_VOCAB = wide
 
-    t = alternate({"wide_blocks": lambda: lm.score(prompts, options), "narrow_blocks": narrow}, args.repeats)
+    t = alternate({"wide_blocks": lambda: lm.score_many(prompts, options), "narrow_blocks": narrow}, args.repeats)
     return {**{k: round(v, 3) for k, v in t.items()}, "speedup": round(t["narrow_blocks"] / t["wide_blocks"], 3),
             "vocab": lm.model.get_output_embeddings().weight.shape[0], "wide_rows": scoring.WIDE_HEAD_ROWS, "narrow_rows": scoring.HEAD_ROWS}
 
@@ -111,7 +111,7 @@ def readings(args) -> dict:
     lm = SetLLM.from_pretrained(args.model, adapter=None, variant="causal-pe", batch_size=8, progress=False)
     views = {v: lm.with_variant(v) for v in READINGS}
     prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)
-    t = alternate({v: (lambda view=view: view.score(prompts, options)) for v, view in views.items()}, args.repeats)
+    t = alternate({v: (lambda view=view: view.score_many(prompts, options)) for v, view in views.items()}, args.repeats)
     mem = {v: peak(args, v) for v in READINGS}
     return {v: {"seconds": round(t[v], 3), "time_over_causal": round(t[v] / t["causal-pe"], 3), **mem[v],
                 "peak_over_causal": round(mem[v]["peak_rss_mb"] / mem["causal-pe"]["peak_rss_mb"], 3)} for v in READINGS}

@@ -91,7 +91,7 @@ def setllm_scorer(reading: str):
 
     def score(questions):
         assert held is None or held[0] is lm
-        return lm.score([mc_prompt(q, o) for q, o in questions], [o for _, o in questions])
+        return lm.score_many([mc_prompt(q, o) for q, o in questions], [o for _, o in questions])
 
     return score, lambda: [s.logprob for s in lm.choose(QUESTION, OPTIONS).scores]
 

@@ -191,7 +191,7 @@ def costs(model, tokenizer, run: Run) -> dict:
         row = {}
         for variant in ("setmask-setpe", "causal-pe"):
             lm = SetLLM(model, tokenizer, variant, batch_size=batch)
-            row[variant] = {"score": run.timed(lambda: lm.score(prompts, [OPTIONS] * batch)),
+            row[variant] = {"score": run.timed(lambda: lm.score_many(prompts, [OPTIONS] * batch)),
                             "generate": run.timed(lambda: lm.generate(prompts, max_new_tokens=16))}
         out[f"batch_{batch}"] = row | {"ratio_score_s": _ratio(row, "score"), "ratio_generate_s": _ratio(row, "generate")}
     for batch, plain in plain_costs(model, tokenizer, run).items():
@@ -281,7 +281,7 @@ def row_blocks(model, tokenizer, run: Run, sizes=(128, 256, 512)) -> dict:
     try:
         for rows in sizes:
             scoring.DEVICE_MATMUL_ROWS[kind] = rows
-            row = {f"batch_{b}": run.timed(lambda b=b: lm.score([mc_prompt(f"{QUESTION} ({i})", OPTIONS) for i in range(b)], [OPTIONS] * b))
+            row = {f"batch_{b}": run.timed(lambda b=b: lm.score_many([mc_prompt(f"{QUESTION} ({i})", OPTIONS) for i in range(b)], [OPTIONS] * b))
                    for b in run.batches}
             out[str(rows)] = row | {"long_8k": run.timed(lambda: lm.score(long, OPTIONS))}
     finally:

@@ -67,7 +67,7 @@ def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
         # reuses it (the same (prompt, option) computations: bit-identical, see setllm.core.scoring).
         names = [n for n in asks if n in parts and not (n == "alone" and k == 1)]
         flat = [a for n in names for a in asks[n]]
-        got = iter(lm.score([p for p, _ in flat], [o for _, o in flat]))
+        got = iter(lm.score_many([p for p, _ in flat], [o for _, o in flat]))
         rec = {}
         for n in names:
             scores = [next(got) for _ in asks[n]]

@@ -34,7 +34,7 @@ def rows(data_dir: str, seed: int) -> list:
 
 
 def per_token(lm: SetLLM, pairs: list) -> list[float]:
-    scores = lm.score([p for p, _ in pairs], [[r] for _, r in pairs])
+    scores = lm.score_many([p for p, _ in pairs], [[r] for _, r in pairs])
     return [row[0].mean_logprob for row in scores]
 
 

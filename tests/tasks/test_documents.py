@@ -322,7 +322,7 @@ def test_documents_under_sbp_are_read_once_across_orderings_and_say_what_it_save
                                "--verify-invariance", *extra)
         assert code == 0, err
         runs[name] = (json.loads((tmp_path / name / "summary.json").read_text()), out)
-    (cached, out), (fresh, fresh_out) = runs["cached"], runs["fresh"]
+    (cached, out), (fresh, _) = runs["cached"], runs["fresh"]
     c = cached["document_cache"]
     # One prefix and 3 rows of 5 documents computed once each; every row read in 3 orders, each order generated
     # and scored: 6 readings of 6 pieces a row, 108 lookups in all.

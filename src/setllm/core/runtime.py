@@ -222,14 +222,21 @@ def _blocked_linear(layer, rows: int, conv1d: bool, x):
     if n % rows:
         flat = torch.cat([flat, flat.new_zeros(rows - n % rows, flat.shape[1])])
     weight = layer.weight if conv1d else layer.weight.t()  # [in, out]; gpt2's Conv1D stores it so
-    out = flat.new_empty(flat.shape[0], weight.shape[1])
-    # Each block's product is written in place: no concatenation of the blocks after.
-    for block, dest in zip(flat.split(rows), out.split(rows)):
-        if layer.bias is None:
-            torch.mm(block, weight, out=dest)
-        else:
-            torch.addmm(layer.bias, block, weight, out=dest)
+    if torch.is_grad_enabled() and (flat.requires_grad or weight.requires_grad):  # out= has no gradient
+        out = torch.cat([_product(layer.bias, block, weight) for block in flat.split(rows)])
+    else:  # each block's product written in place: no concatenation of the blocks after
+        out = flat.new_empty(flat.shape[0], weight.shape[1])
+        for block, dest in zip(flat.split(rows), out.split(rows)):
+            _product(layer.bias, block, weight, out=dest)
     return out[:n].reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _product(bias, block, weight, out=None):
+    """``block @ weight (+ bias)``: the same kernel call with or without ``out``."""
+    import torch
+
+    kw = {} if out is None else {"out": out}
+    return torch.mm(block, weight, **kw) if bias is None else torch.addmm(bias, block, weight, **kw)
 
 
 def output_cache(out):

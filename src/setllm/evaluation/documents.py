@@ -116,7 +116,7 @@ def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -
     reset_peak_memory(device)
     start = time.perf_counter()
     texts = lm.generate(prompts, max_new_tokens=longest + EXTRA_TOKENS, stop=["\n"])
-    logps = [s[0].logprob for s in lm.score(prompts, [[r.answer] for r, _, _ in items])]
+    logps = [s[0].logprob for s in lm.score_many(prompts, [[r.answer] for r, _, _ in items])]
     seconds = (time.perf_counter() - start) / len(items)
     peak = peak_memory_mb(device)
     return [(t.strip(), lp, seconds, peak) for t, lp in zip(texts, logps)]
