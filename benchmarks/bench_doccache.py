@@ -1,0 +1,149 @@
+"""Documents read once: what the document cache (``setllm.core.doccache``) saves on the embedded
+model under ``--variant sbp``, measured side by side in one run.
+
+- **First token**: a question over ``--docs`` cached documents (about 100 tokens each) against
+  the same question read afresh: the time to the first generated token, and whether the
+  answer, its scores and the answer under every tested order are the same.
+- **Server**: ``--questions`` questions over a pool of ``--pool`` documents (``--per`` a
+  question, in random order) sent to a real ``setllm serve --variant sbp`` over HTTP by
+  ``--clients`` concurrent clients, with ``--cache-mb`` and without: requests per second of
+  each, and whether every answer is the cold server's.
+- **Memory**: the bytes the cache says it holds against the bytes of the tensors it holds.
+
+    python benchmarks/bench_doccache.py --threads 2 --json doccache.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+WORDS = "river stone garden lamp winter orange violin harbor copper meadow signal ladder candle forest silver".split()
+
+
+def documents(n: int, seed: int) -> list[str]:
+    """``n`` documents of about 100 tokens, each naming its own key and value."""
+    rng = random.Random(seed)
+    return [f"Record {i}: the code of {rng.choice(WORDS)}-{i} is {rng.randint(1000, 9999)}. "
+            + " ".join(rng.choices(WORDS, k=60)) + "\n" for i in range(n)]
+
+
+def first_token(lm, docs: list[str], orders: int) -> dict:
+    """Time to the first token, cold and cached, and what each reading answered."""
+    from setllm import Set
+
+    question = "Question: what is the code of the first record?\nAnswer:"
+    prompt = lambda d: ["Documents:\n", Set(d), question]  # noqa: E731
+    start = time.perf_counter()
+    cold = lm.generate(prompt(docs), max_new_tokens=1)
+    cold_s = time.perf_counter() - start
+    cold_scores = [s.logprob for s in lm.score(prompt(docs), ["1", "2"])]
+    store = lm.cache_documents(max_mb=1024)
+    lm.generate(prompt(docs), max_new_tokens=1)  # reads and keeps the documents
+    shuffled = random.Random(1).sample(docs, len(docs))
+    start = time.perf_counter()
+    warm = lm.generate(prompt(shuffled), max_new_tokens=1)
+    warm_s = time.perf_counter() - start
+    warm_scores = [s.logprob for s in lm.score(prompt(shuffled), ["1", "2"])]
+    answers = {lm.generate(prompt(random.Random(k).sample(docs, len(docs))), max_new_tokens=8) for k in range(orders)}
+    tokens = len(lm.encode(prompt(docs)))
+    return {"documents": len(docs), "tokens": tokens, "cold_s": cold_s, "cached_s": warm_s, "speedup": cold_s / warm_s,
+            "same_first_token": cold == warm, "max_score_diff": max(abs(a - b) for a, b in zip(cold_scores, warm_scores)),
+            "answers_over_orders": len(answers), "orders": orders, **memory(store)}
+
+
+def memory(store) -> dict:
+    """The cache's own count of its bytes against the bytes of the tensors it holds."""
+    held = sum(t.untyped_storage().nbytes() for layers, _ in store._pieces.values() for k, v in layers for t in (k, v))
+    return {"cache_bytes_counted": store.stats().bytes, "cache_bytes_held": held, "counted_over_held": store.stats().bytes / held}
+
+
+def serve(args, cache_mb: float, bodies: list[dict]) -> dict:
+    """Requests per second of a real ``setllm serve`` over ``bodies``, and its answers."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "setllm", "serve", "--port", str(port), "--variant", "sbp", "--adapter", "none",
+           "--threads", str(args.threads), "--no-batch-check", "--cache-mb", str(cache_mb)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait(url)
+        with httpx.Client(base_url=url, timeout=600) as client:
+            client.post("/v1/score", json=bodies[0])  # warm-up: first-call costs are not the cache's
+            start = time.perf_counter()
+            with ThreadPoolExecutor(args.clients) as pool:
+                answers = list(pool.map(lambda b: client.post("/v1/score", json=b).json()["scores"], bodies))
+            seconds = time.perf_counter() - start
+            metrics = client.get("/metrics").text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("setllm_document_cache")}
+    return {"cache_mb": cache_mb, "requests": len(bodies), "seconds": seconds, "requests_per_s": len(bodies) / seconds,
+            "answers": answers, "metrics": counts}
+
+
+def _wait(url: str, timeout: float = 300) -> None:
+    import httpx
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"setllm serve did not answer at {url} within {timeout} s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--docs", type=int, default=20, help="documents behind the first-token question (default 20: about 2k tokens)")
+    p.add_argument("--orders", type=int, default=6, help="orders of those documents whose answers are compared")
+    p.add_argument("--questions", type=int, default=100, help="questions sent to the server")
+    p.add_argument("--pool", type=int, default=50, help="documents the server's questions draw from")
+    p.add_argument("--per", type=int, default=5, help="documents per server question")
+    p.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients")
+    p.add_argument("--cache-mb", type=float, default=512, help="the cached server's --cache-mb")
+    p.add_argument("--threads", type=int, default=2, help="torch threads, here and in each server")
+    p.add_argument("--skip-server", action="store_true", help="the first-token part only")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args()
+    import torch
+
+    from setllm import SetLLM
+
+    torch.set_num_threads(args.threads)
+    lm = SetLLM.from_pretrained(variant="sbp", adapter=None)
+    result = {"first_token": first_token(lm, documents(args.docs, 0), args.orders)}
+    print(json.dumps(result["first_token"], indent=1), flush=True)
+    if not args.skip_server:
+        pool, rng = documents(args.pool, 7), random.Random(3)
+        bodies = [{"prompt": ["Documents:\n", {"set": rng.sample(pool, args.per)}, f"Question: what is the code of record {q}?\nAnswer:"],
+                   "options": ["1", "2", "3"]} for q in range(args.questions)]
+        cold, warm = serve(args, 0, bodies), serve(args, args.cache_mb, bodies)
+        same = [c.index(max(c)) for c in cold["answers"]] == [w.index(max(w)) for w in warm["answers"]]
+        diff = max(abs(a - b) for c, w in zip(cold["answers"], warm["answers"]) for a, b in zip(c, w))
+        result["server"] = {"cold_requests_per_s": cold["requests_per_s"], "cached_requests_per_s": warm["requests_per_s"],
+                            "throughput_ratio": warm["requests_per_s"] / cold["requests_per_s"], "same_answers": same,
+                            "max_score_diff": diff, "cached_metrics": warm["metrics"], "questions": args.questions,
+                            "pool": args.pool, "per_question": args.per, "clients": args.clients}
+        print(json.dumps(result["server"], indent=1), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
