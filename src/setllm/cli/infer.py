@@ -146,13 +146,11 @@ def refuse_a_final_set(prompt, options: LoadOptions) -> None:
     """The codec's refusal of a prompt that ends with a set (:meth:`setllm.core.codec.Codec.prepare`),
     said before the model loads: it depends only on the reading the load will give. The answer
     would be read from inside whichever element comes last; chat mode's template adds text after."""
-    from ..core.prompt import PromptError, Set
+    from ..core import codec
     from ..core.variants import get_variant
 
     read = options.planned_reading()
-    if isinstance(prompt.segments[-1], Set) and get_variant(read["variant"]).invariant and not read["chat"]:
-        raise PromptError("the prompt ends with a set: the response would be read from inside whichever element comes last; "
-                          "put text after the set, e.g. \"Answer:\"")
+    codec.refuse_a_final_set(prompt, get_variant(read["variant"]), read["chat"])
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

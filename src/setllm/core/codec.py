@@ -19,6 +19,16 @@ from .templates import response_text
 from .variants import Variant
 
 
+def refuse_a_final_set(prompt: SetPrompt, variant: Variant, chat: bool) -> None:
+    """Refuse a prompt that ends with a set under an invariant reading. The first response
+    token is predicted from the last prompt token; inside a set that token sees only its own
+    element, so the answer would depend on which element happens to come last. (In chat mode
+    the template's text follows.) Needs no model: the CLI says it before loading one."""
+    if variant.invariant and not chat and isinstance(prompt.segments[-1], Set):
+        raise PromptError("the prompt ends with a set: the response would be read from inside whichever element comes last; "
+                          "put text after the set, e.g. \"Answer:\"")
+
+
 @dataclass(frozen=True)
 class Codec:
     """Encodes prompts and responses for one tokenizer, variant and reading mode.
@@ -62,12 +72,7 @@ class Codec:
         """The prompt as it will be read: validated, canonical in exact mode, and sound."""
         prompt = as_prompt(prompt)
         prompt = prompt.canonical() if self.exact or self.variant.canonical else prompt
-        if self.variant.invariant and not self.chat and isinstance(prompt.segments[-1], Set):
-            # The first response token is predicted from the last prompt token. Inside a set
-            # that token sees only its own element, so the answer would depend on which
-            # element happens to come last. (In chat mode the template's text follows.)
-            raise PromptError("the prompt ends with a set: the response would be read from inside whichever element comes last; "
-                              "put text after the set, e.g. \"Answer:\"")
+        refuse_a_final_set(prompt, self.variant, self.chat)
         return prompt
 
     def encode(self, prompt: PromptLike) -> EncodedPrompt:
