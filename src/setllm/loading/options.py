@@ -15,6 +15,7 @@ import torch
 
 from ..core.variants import (
     ATTENTION_BACKENDS,
+    FLEX_FROM,
     LONG_PROMPT_TOKENS,
     VARIANTS,
     check_attention,
@@ -52,7 +53,8 @@ class LoadOptions:
                                                                 "without training (docs/methods.md compares them)", "choices": list(VARIANTS)})
     attn: str = field(default="auto", metadata={
         "help": f"attention of generation, logprobs/echo and training: auto (sdpa; flex_attention for prompts of {LONG_PROMPT_TOKENS}+ "
-                f"tokens), {', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask); scoring always runs setllm's own "
+                f"tokens on a CPU, {FLEX_FROM['cuda']}+ on CUDA), {', '.join(ATTENTION_BACKENDS)} (flash_attention_2 takes no set mask); "
+                "scoring always runs setllm's own "
                 "attention per request (sdpa blocks), on flex for long prompts under auto and every prompt under flex_attention",
         "metavar": "IMPL"})
     device: str | None = field(default=None, metadata={"help": "torch device, e.g. cpu or cuda; default: CUDA if available", "metavar": "DEV"})
