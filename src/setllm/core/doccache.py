@@ -212,15 +212,16 @@ def score(model, variant: Variant, pad_id: int, enc: EncodedPrompt, store: Docum
           options: Sequence[Sequence[int]]) -> list:
     """Each option of ``enc`` (token ids) scored after its cached reading: the option rows run
     on the prompt's cache as :func:`setllm.core.scoring.score_requests` runs rows past its
-    first forward (the same fixed row blocks). Returns one ``TokenScore`` per option, in order."""
+    first forward. A cached reading is always one request alone, so its products need no
+    fixed row blocks to be the same bits every time (the driver's 64-row blocks would cost
+    more than the few tokens left to compute). Returns one ``TokenScore`` per option, in order."""
     from . import scoring
 
     cache, next_logprobs = prefill(model, variant, enc, store, identity)
     packed = scoring._Prompts(model, variant, pad_id, [enc])
     flat = [(0, tuple(o)) for o in options]
-    wide = model.get_output_embeddings().weight.shape[0] > scoring.WIDE_VOCAB
     rest = []
-    with torch.no_grad(), scoring.fixed_row_linears(model, scoring.matmul_rows(model), scoring.WIDE_HEAD_ROWS if wide else scoring.HEAD_ROWS):
+    with torch.no_grad():
         for chunk in scoring._chunks([row for row in flat if len(row[1]) > 1], lambda row: len(row[1]), scoring.OPTION_TOKENS):
             rest += scoring._packed_options(model, packed, cache, chunk)
     scores = scoring._sum_rows(flat, [0], next_logprobs, rest)
