@@ -11,7 +11,7 @@ shared machine absolute times are noise but two readings taken in turns share th
   :data:`setllm.core.runtime.LONG_PROMPT_TOKENS` tokens; the table marks which one it picks.
 - set size: the same prefill at a fixed total length, the documents split into 2 .. 64 elements.
 - model size: the SmolLM2-135M shape up to a Llama-3.2-1B shape, for three workloads on a batch
-  of multiple-choice prompts (:data:`gpu_check.QUESTION`): scoring (``SetLLM.score``),
+  of multiple-choice prompts (:data:`gpu_check.QUESTION`): scoring (``SetLLM.score_many``),
   generation (``SetLLM.generate``'s ``generate_encoded``, ``new_tokens`` greedy tokens) and one
   LoRA training step (:func:`bench_train.step`: forward, response loss, backward, AdamW).
 
@@ -291,7 +291,7 @@ def prompts(cfg: Config):
 
 def score_readings(model, tokenizer, cfg: Config) -> dict:
     lms = {v: SetLLM(model, tokenizer, v, batch_size=cfg.batch) for v in (SET, BASE)}
-    return {v: functools.partial(lm.score, prompts(cfg), [OPTIONS] * cfg.batch) for v, lm in lms.items()}
+    return {v: functools.partial(lm.score_many, prompts(cfg), [OPTIONS] * cfg.batch) for v, lm in lms.items()}
 
 
 def generate_readings(model, tokenizer, cfg: Config, generated: dict) -> dict:

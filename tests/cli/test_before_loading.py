@@ -67,3 +67,29 @@ def test_serve_on_a_port_in_use_is_one_line_before_loading(no_loading, capsys):
         port = taken.getsockname()[1]
         code, out, err = run_cli(capsys, "serve", "--port", str(port))
     assert code == 2 and err.startswith(f"error: cannot listen on 127.0.0.1:{port}: ") and err.count("\n") == 1, err
+
+
+def test_an_interrupt_a_finalizer_swallowed_still_stops_the_command():
+    """Ctrl-C raised inside a finalizer is printed and dropped by Python; the command still
+    stops at its next step (serve: before it listens)."""
+    import os
+    import signal
+    import time
+
+    from setllm.cli import common
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        common.catch_interrupts()
+
+        class Swallows:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # the handler runs here, inside the finalizer
+
+        Swallows()  # dropped at once: its finalizer runs, the KeyboardInterrupt goes nowhere
+        with pytest.raises(KeyboardInterrupt):
+            common.stop_if_interrupted()
+    finally:
+        signal.signal(signal.SIGINT, before)
+        common._interrupted.clear()

@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from ..errors import SetLLMWarning
-from .common import LightParser, apply_config_file, parser_class, run_guarded, validate
+from .common import LightParser, apply_config_file, catch_interrupts, parser_class, run_guarded, validate
 
 # name -> (module defining ``add_parser(subparsers)``, one-line help). Each parser sets
 # ``func(args) -> int``.
@@ -49,6 +49,7 @@ def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, a
 
 
 def main(argv: list[str] | None = None) -> int:
+    catch_interrupts()
     try:
         return _main(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:  # Ctrl-C while a command is still being built (its imports take seconds)

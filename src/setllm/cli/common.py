@@ -9,7 +9,9 @@ import dataclasses
 import functools
 import json
 import re
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +20,27 @@ from typing import Any, get_type_hints
 from ..errors import InputError, OptionError, SetLLMError, SetLLMWarning
 
 EXIT_USER_ERROR = 2
+
+
+_interrupted = threading.Event()
+
+
+def catch_interrupts() -> None:
+    """Ctrl-C raises ``KeyboardInterrupt`` wherever Python is running, and where that is a
+    finalizer or a callback (imports and model loading run many), Python prints it and goes
+    on. So the interrupt is also remembered, and a long command stops at its next step
+    (:func:`stop_if_interrupted`; ``serve``: before it listens) instead of running on."""
+    def interrupt(signum, frame):
+        _interrupted.set()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, interrupt)
+
+
+def stop_if_interrupted() -> None:
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
 
 
 def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import InputError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
-from .common import add_command, config_from_args, load_setllm, warn_if_untrained
+from .common import add_command, config_from_args, load_setllm, stop_if_interrupted, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 
@@ -69,7 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm, judge, adapters = served_models(args)
     warn_if_untrained(lm, args)
-    serve(create_app(lm, config, judge, adapters), config, sock)
+    app = create_app(lm, config, judge, adapters)
+    stop_if_interrupted()  # a Ctrl-C that loading swallowed: never start listening after it
+    serve(app, config, sock)
     return 0
 
 
