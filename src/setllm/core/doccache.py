@@ -159,11 +159,8 @@ def variant_problem(variant: Variant) -> str | None:
 
 def unusable(variant: Variant, enc: EncodedPrompt) -> str | None:
     """Why ``enc`` under ``variant`` cannot reuse cached documents, or None."""
-    if variant_problem(variant):
-        return variant_problem(variant)
-    if {s for s in enc.set_ids if s >= 0} != {0}:
-        return "a prompt with one set is cached (this one has none or several)"
-    return None
+    one_set = {s for s in enc.set_ids if s >= 0} == {0}
+    return variant_problem(variant) or (None if one_set else "a prompt with one set is cached (this one has none or several)")
 
 
 @dataclass(frozen=True)
@@ -188,13 +185,14 @@ class _Pieces:
 
 
 @torch.no_grad()
-def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple):
+def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, batch=None):
     """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
     the next token ``[1, V]``, as :func:`setllm.core.scoring.prefill` gives them for a batch
     of ``enc`` alone (module docstring: equal up to rounding). ``identity`` names the weights,
-    adapter and variant the pieces were computed under."""
+    adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
+    the caller has it."""
     pieces = _Pieces.of(enc)
-    batch = collate([enc], variant.positions, 0)
+    batch = batch or collate([enc], variant.positions, 0)
     ids, pos, layout = batch.input_ids, batch.position_ids, batch.layout
     prefix_ids = tuple(enc.input_ids[i] for i in pieces.prefix)
     prefix = _piece(store, (*identity, prefix_ids), lambda: _compute(model, variant, ids, pos, layout, [], pieces.prefix)) if prefix_ids else []
@@ -210,34 +208,24 @@ def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, i
 
 def score(model, variant: Variant, pad_id: int, enc: EncodedPrompt, store: DocumentCache, identity: tuple,
           options: Sequence[Sequence[int]]) -> list:
-    """Each option of ``enc`` (token ids) scored after its cached reading: the option rows run
-    on the prompt's cache as :func:`setllm.core.scoring.score_requests` runs rows past its
-    first forward. A cached reading is always one request alone, so its products need no
-    fixed row blocks to be the same bits every time (the driver's 64-row blocks would cost
-    more than the few tokens left to compute). Returns one ``TokenScore`` per option, in order."""
-    from . import scoring
+    """Each option of ``enc`` (token ids) scored after its cached reading
+    (:func:`setllm.core.scoring.options_on_cache`; a cached reading is one request alone, so
+    the driver's fixed row blocks, which would cost more than the few tokens left, are not
+    needed for the same request to be the same bits). One ``TokenScore`` per option, in order."""
+    from .scoring import options_on_cache
 
-    cache, next_logprobs = prefill(model, variant, enc, store, identity)
-    packed = scoring._Prompts(model, variant, pad_id, [enc])
-    flat = [(0, tuple(o)) for o in options]
-    rest = []
-    with torch.no_grad():
-        for chunk in scoring._chunks([row for row in flat if len(row[1]) > 1], lambda row: len(row[1]), scoring.OPTION_TOKENS):
-            rest += scoring._packed_options(model, packed, cache, chunk)
-    scores = scoring._sum_rows(flat, [0], next_logprobs, rest)
-    return [scores[(0, o)] for _, o in flat]
+    return options_on_cache(model, variant, pad_id, enc, *prefill(model, variant, enc, store, identity), options)
 
 
 def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, config,
              on_token=None) -> tuple[str, list[int]]:
     """Text and token ids generated after ``enc``'s cached reading, decoded as
     :func:`setllm.core.generation.generate_tokens` decodes a prompt alone."""
-    from . import generation
+    from .generation import generate_tokens
 
-    cache, next_logprobs = prefill(model, variant, enc, store, identity)
     batch = collate([enc], variant.positions, 0)
-    [tokens] = generation.decode_after_prefill(model, tokenizer, variant, batch, cache, next_logprobs, config, on_token)
-    return generation._finish(tokenizer, tokens, config.stop, generation._eos_ids(model, tokenizer)), tokens
+    made = prefill(model, variant, enc, store, identity, batch)
+    return generate_tokens(model, tokenizer, variant, batch, config, on_token, prefilled=made)[0]
 
 
 def identity(model, adapter, variant: Variant) -> tuple:
@@ -266,8 +254,7 @@ def _compute(model, variant: Variant, ids, pos, layout: TokenLayout, before: Lay
     index = torch.tensor([*before_span, *span], dtype=torch.long)
     sub = TokenLayout(*(t.index_select(1, index) for t in layout._fields()))
     cols = list(span)
-    with torch.no_grad():
-        out = forward(model, variant, ids[:, cols], pos[:, cols], sub, cache=_cache_of(before) if before else new_cache())
+    out = forward(model, variant, ids[:, cols], pos[:, cols], sub, cache=_cache_of(before) if before else new_cache())  # under prefill's no_grad
     cache = output_cache(out)
     n = len(before_span)
     return [(layer.keys[:, :, n:].clone(), layer.values[:, :, n:].clone()) for layer in cache.layers]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import TokenLayout, and_masks, causal_mask, or_masks, padding_mask, prefix_mask, set_mask
+from .masks import TokenLayout, and_masks, causal_mask, or_masks, padding_mask, prefix_mask, set_mask, window_mask
 from .variants import MaskKind
 
 BLOCK = 128  # flex attention's block size: lengths are padded to multiples of it
@@ -61,13 +61,9 @@ class FlexLayout:
 def mask_mod(f: FlexLayout):
     """The mask predicate of every kind, reading ``f``'s tensors (see the module docstring)."""
     layout = f.layout
-    visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout), _window(f), padding_mask(layout))
+    # The window is a tensor here (masks.window_mask compares with it as with an int): one compilation.
+    visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout), window_mask(layout, f.window), padding_mask(layout))
     return lambda b, h, q, kv: visible(b, h, q + f.q_offset, kv)
-
-
-def _window(f: FlexLayout):
-    # masks.window_mask captures the window as an int; here it is a tensor (one compilation).
-    return lambda b, h, q, kv: (f.layout.positions[b, q] - f.layout.positions[b, kv]).abs() < f.window
 
 
 def block_mask(f: FlexLayout, q_len: int, kv_len: int):

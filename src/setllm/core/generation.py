@@ -108,18 +108,18 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
 
 
 @torch.no_grad()
-def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[tuple[str, list[int]]]:
+def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None,
+                    prefilled: tuple | None = None) -> list[tuple[str, list[int]]]:
     """Generated text for every prompt in a left-padded ``batch``, with the tokens each row
     generated: every sampled token, the EOS
     that ended it included, and those of a stop string or a character cut in half that the
-    text leaves out (OpenAI's log-probs show what was generated, not what was kept)."""
+    text leaves out (OpenAI's log-probs show what was generated, not what was kept).
+    ``prefilled``: the ``(cache, next-token log-probs)`` of the batch, where already made
+    (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.scoring.prefill` makes them."""
     stop_ids = _eos_ids(model, tokenizer)
-    return [(_finish(tokenizer, t, config.stop, stop_ids), t) for t in _decode(model, tokenizer, variant, batch, config, on_token)]
-
-
-def _decode(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[list[int]]:
-    cache, logprobs = prefill(model, variant, batch)
-    return decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token)
+    cache, logprobs = prefilled or prefill(model, variant, batch)
+    rows = decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token)
+    return [(_finish(tokenizer, t, config.stop, stop_ids), t) for t in rows]
 
 
 @torch.no_grad()

@@ -129,7 +129,7 @@ def padding_mask(layout: TokenLayout) -> MaskFn:
     return lambda b, h, q, kv: (layout.valid[b, q] & layout.valid[b, kv]) | (q == kv)
 
 
-def window_mask(layout: TokenLayout, window: int) -> MaskFn:
+def window_mask(layout: TokenLayout, window: int | torch.Tensor) -> MaskFn:
     """A sliding window counted in positions: tokens whose position ids are less than
     ``window`` apart. Under SetPE every element of a set starts at the same position, so
     where the window cuts does not depend on the order of the elements (a window counted in

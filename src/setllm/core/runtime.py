@@ -125,11 +125,16 @@ def context_length(config) -> int | None:
 def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
     """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache): one
     mask, or a dict of masks by layer type where layers differ in their window."""
-    batch, kv_len = layout.shape
     layout = layout.to(model.device)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
+    return _per_layer_type(model, lambda w: _render(variant, layout, w, impl, q_len, model))
+
+
+def _per_layer_type(model, render_for):
+    """``render_for(window)`` once per distinct window of the model's layers: one mask, or a
+    dict of masks by layer type where layers differ in their window."""
     windows = layer_windows(model.config)
-    rendered = {w: _render(variant, layout, w, impl, q_len, model) for w in dict.fromkeys(windows.values())}
+    rendered = {w: render_for(w) for w in dict.fromkeys(windows.values())}
     if len(rendered) == 1:
         return next(iter(rendered.values()))
     return {kind: rendered[w] for kind, w in windows.items()}
@@ -180,11 +185,8 @@ def _step_mask(model, layout: TokenLayout):
 
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     batch, kv_len = layout.shape
-    windows = layer_windows(model.config)
-    rendered = {w: render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
-                          impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype)
-                for w in dict.fromkeys(windows.values())}
-    return next(iter(rendered.values())) if len(rendered) == 1 else {kind: rendered[w] for kind, w in windows.items()}
+    return _per_layer_type(model, lambda w: render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
+                                                   impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype))
 
 
 @contextmanager

@@ -205,13 +205,34 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
     for i, e in enumerate(encs):
         check_fits(model.config, len(e), int(packed.batches[i].next_positions[0]), variant.positions, max(map(len, options[i])), "longest option")
     flat = [(i, o) for i, opts in enumerate(options) for o in opts]
-    chunks = _chunks([(i, o) for i, o in flat if len(o) > 1], lambda row: len(row[1]), OPTION_TOKENS)
+    chunks = _longer_rows(flat)
     wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
     with fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS):
         cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
-        for chunk in chunks[1:]:
-            rest += _packed_options(model, packed, cache, chunk)
+        rest += _rows_on_cache(model, packed, cache, chunks[1:])
     return _sum_rows(flat, keys, next_logprobs, rest)
+
+
+@torch.no_grad()
+def options_on_cache(model, variant: Variant, pad_id: int, enc: EncodedPrompt, cache, next_logprobs, options) -> list[TokenScore]:
+    """One prompt's ``options`` (token ids) scored on its KV cache and next-token log-probs
+    ``[1, V]``, already made (:func:`setllm.core.doccache.prefill`): its rows run on the
+    cache as :func:`score_requests` runs rows past its first forward, in order. Plain linear
+    layers: the caller reads one request alone, so the same request is the same computation."""
+    flat = [(0, tuple(o)) for o in options]
+    rest = _rows_on_cache(model, _Prompts(model, variant, pad_id, [enc]), cache, _longer_rows(flat))
+    scores = _sum_rows(flat, [0], next_logprobs, rest)
+    return [scores[(0, o)] for _, o in flat]
+
+
+def _longer_rows(flat) -> list[list]:
+    """Rows of more than one token (the first is read off the prompt's last position), in
+    forwards of at most :data:`OPTION_TOKENS`."""
+    return _chunks([row for row in flat if len(row[1]) > 1], lambda row: len(row[1]), OPTION_TOKENS)
+
+
+def _rows_on_cache(model, packed: _Prompts, cache, chunks) -> list[tuple[list[float], list[bool]]]:
+    return [scored for chunk in chunks for scored in _packed_options(model, packed, cache, chunk)]
 
 
 def _sum_rows(flat, keys, next_logprobs, rest) -> dict:
