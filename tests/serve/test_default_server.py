@@ -45,7 +45,7 @@ def server(one_thread_here):
     lm, judge, adapters = served_models(build_parser("serve")[0].parse_args(["serve"]))
     assert set(adapters) == {"choose", "judge", "documents", "base", "none"}  # the default: a bank of the shipped adapters
     with TestClient(create_app(lm, ServeConfig(), judge, adapters)) as client:
-        client.portal.call(client.app.state.service.settled)
+        client.portal.call(client.app.state.service.check.settled)
         yield client
 
 

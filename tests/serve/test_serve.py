@@ -139,13 +139,13 @@ def test_different_questions_and_lengths_share_a_forward(wide_lm):
 
 def _record_groups(app, seen):
     engine = app.state.service.engines.engines["main"]
-    score = engine._score
+    score = engine.score_group
 
     def recording(group, record=True):
         seen.append(list(group))
         return score(group, record)
 
-    engine._score = recording
+    engine.score_group = recording
 
 
 def test_where_mixed_batches_move_bits_only_identical_requests_share_a_forward(wide_lm, monkeypatch):

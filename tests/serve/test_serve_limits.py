@@ -143,7 +143,7 @@ def test_a_slow_request_gets_504_and_frees_the_model(fresh_lm):
 def test_a_bug_fails_only_its_request(lm, monkeypatch):
     from setllm.serve.engine import Engine
 
-    score = Engine._score
+    score = Engine.score_group
 
     def buggy(self, group, record=True):  # a bug that strikes any forward holding a 3-option request
         if any(len(p.ids) == 3 for p in group):
@@ -155,7 +155,7 @@ def test_a_bug_fails_only_its_request(lm, monkeypatch):
     bad = ("/v1/score", {"prompt": prompt, "options": ["apple", "dog", "fox"]})
     with serving(lm) as client:
         expected = [client.post(p, json=b).json() for p, b in good]
-    monkeypatch.setattr(Engine, "_score", buggy)
+    monkeypatch.setattr(Engine, "score_group", buggy)
     app = create_app(lm, ServeConfig(batch_window_ms=100, batch_check=False))
     responses = concurrently(app, [good[0], bad, good[1]])
     assert [r.status_code for r in responses] == [200, 500, 200]

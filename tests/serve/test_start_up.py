@@ -16,13 +16,12 @@ from fastapi.testclient import TestClient
 from serve_helpers import running, slow_forwards
 
 from setllm.loading import Origin
-from setllm.serve import ServeConfig, create_app
-from setllm.serve.engine import Engine
+from setllm.serve import ServeConfig, batch_check, create_app
+from setllm.serve.batch_check import CHECKING
 from setllm.serve.service import DeferredModel
 
 CHOOSE = {"question": "Which city is the capital of France?", "options": ["Paris", "Rome", "Zurich"]}
 JUDGE = {"instruction": "Name a colour.", "candidates": ["red", "a dog"]}
-CHECKING = "identical requests only, until the batching check running in the background passes"
 
 
 def _started(app) -> TestClient:
@@ -33,7 +32,7 @@ def test_the_server_answers_while_it_checks_batching_then_remembers_the_verdict(
     with slow_forwards(lm, 0.2), _started(create_app(lm, ServeConfig())) as client:  # a check that takes a while
         first = client.get("/health").json()["batching"]
         answered = client.post("/v1/choose", json=CHOOSE)
-        client.portal.call(client.app.state.service.settled)
+        client.portal.call(client.app.state.service.check.settled)
         checked = client.get("/health").json()["batching"]
     assert first == CHECKING and answered.status_code == 200 and checked == "on"
     assert list(json.loads(batch_check_cache.read_text()).values()) == [True]
@@ -41,19 +40,19 @@ def test_the_server_answers_while_it_checks_batching_then_remembers_the_verdict(
     def never(*_):
         raise AssertionError("the verdict is remembered: no check runs again")
 
-    monkeypatch.setattr(Engine, "batching_check", never)
+    monkeypatch.setattr(batch_check, "engine_steps", never)
     with _started(create_app(lm, ServeConfig())) as client:
         assert client.get("/health").json()["batching"] == "on"
 
 
 def test_a_failed_check_is_remembered_and_batches_identical_requests_only(lm, batch_check_cache, monkeypatch):
-    monkeypatch.setattr(Engine, "batching_check", lambda self, n: [lambda: True, lambda: False])
+    monkeypatch.setattr(batch_check, "engine_steps", lambda engine, n: [lambda: True, lambda: False])
     with _started(create_app(lm, ServeConfig())) as client:
-        client.portal.call(client.app.state.service.settled)
+        client.portal.call(client.app.state.service.check.settled)
         after_check = client.get("/health").json()["batching"]
     assert after_check.startswith("identical requests only: a batch of different questions changed low bits")
     assert list(json.loads(batch_check_cache.read_text()).values()) == [False]
-    monkeypatch.setattr(Engine, "batching_check", lambda self, n: [lambda: True])  # would pass: not asked again
+    monkeypatch.setattr(batch_check, "engine_steps", lambda engine, n: [lambda: True])  # would pass: not asked again
     with _started(create_app(lm, ServeConfig())) as client:
         assert client.get("/health").json()["batching"] == after_check
 
@@ -85,7 +84,7 @@ def test_the_judge_copy_loads_with_the_first_judge_request(lm):
 
     deferred = DeferredModel(Origin("judge-model", "judge-adapter"), load)
     with _started(create_app(lm, ServeConfig(), judge_lm=deferred)) as client:
-        client.portal.call(client.app.state.service.settled)
+        client.portal.call(client.app.state.service.check.settled)
         health = client.get("/health").json()
         client.post("/v1/choose", json=CHOOSE)
         before_judging = len(loads)

@@ -8,13 +8,12 @@ A batch never changes a request's scores, not even in the last bit: the scoring 
 gives every forward a shape fixed by the request alone (see :mod:`setllm.core.scoring`), so a
 request computes the same kernels alone as among others, on any CPU. Requests with the
 same encoded prompt (in exact mode: every ordering of one question) share one prefill,
-and equal options one row. ``Engine.batching_check`` checks the construction (once per
-machine, in the background: :mod:`.batch_check`).
+and equal options one row. :class:`.batch_check.BatchingCheck` checks the construction (once
+per machine, in the background).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -27,13 +26,10 @@ from ..core import scoring
 from ..core.encoding import EncodedPrompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt
-from ..core.templates import mc_prompt
-from ..errors import InputError
 from ..readouts import JudgeRow, candidate_scores
 from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
 
 log = logging.getLogger("setllm.serve")
-PROBES = 8  # questions of the batching check
 
 
 @dataclass(frozen=True)
@@ -157,7 +153,7 @@ class Engine:
             if outcomes[i] is not None:
                 continue
             try:
-                ready.append(self._prepare(i, item.job))
+                ready.append(self.prepare(i, item.job))
             except Exception as e:  # noqa: BLE001 - any failure is this request's alone
                 outcomes[i] = self._failure(e, item)
         for group in _groups(ready):
@@ -182,7 +178,7 @@ class Engine:
             elif isinstance(job, JudgeJob):
                 results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
             else:
-                results = self._score(live)
+                results = self.score_group(live)
             yield from zip(live, results)
         except Exception as e:  # noqa: BLE001 - a failed forward is answered, never raised
             if len(live) == 1:
@@ -199,7 +195,7 @@ class Engine:
         return err
 
     # -- preparing: everything that can be the request's own fault --------------------------
-    def _prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob, limit: bool = True) -> _Prepared:
+    def prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob, limit: bool = True) -> _Prepared:
         if isinstance(job, JudgeJob):  # its asks are prepared as it runs (_score_asks)
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         limit = self.max_prompt_tokens if limit else None
@@ -231,7 +227,7 @@ class Engine:
         return ("alone", next(self._lone))
 
     # -- running ------------------------------------------------------------------------------
-    def _score(self, group: Sequence[_Prepared], record: bool = True) -> list[Scores]:
+    def score_group(self, group: Sequence[_Prepared], record: bool = True) -> list[Scores]:
         """Score a group through the one scoring driver (same bits alone or together)."""
         results = self.lm.score_encoded([scoring.ScoreRequest(p.enc, p.ids) for p in group])
         if record:
@@ -240,8 +236,8 @@ class Engine:
 
     def _score_asks(self, prompts: Sequence[SetPrompt], options: Sequence[Sequence[str]]) -> list[list[scoring.OptionScore]]:
         """A judge's asks, checked as score requests are and scored in one forward."""
-        preps = [self._prepare(i, ScoreJob(p, tuple(o))) for i, (p, o) in enumerate(zip(prompts, options))]
-        return [s.option_scores(o) for s, o in zip(self._score(preps), options)]
+        preps = [self.prepare(i, ScoreJob(p, tuple(o))) for i, (p, o) in enumerate(zip(prompts, options))]
+        return [s.option_scores(o) for s, o in zip(self.score_group(preps), options)]
 
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
@@ -282,53 +278,6 @@ class Engine:
 
     def _piece(self, token: int) -> str:
         return self.lm.tokenizer.decode([token])
-
-    # -- the batching check -----------------------------------------------------------------
-    def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
-        """Whether probe questions score bit-identically alone and in groups of 2, 3 and
-        ``max_batch_size`` on this machine (by construction they do: see
-        :mod:`setllm.core.scoring`; this guards the construction), as steps of one forward each:
-        the server runs them between requests, so a first request never waits for the
-        whole check. Each step returns False if a batch moved a bit; all run on the model
-        thread, in order."""
-        if max_batch_size < 2:
-            return []
-        probe: dict[str, Any] = {"alone": []}
-
-        def prepare() -> bool:
-            probe["preps"] = self._probe()
-            return True
-
-        def alone(i: int) -> bool:  # the probes one at a time: the reference bits
-            if i < len(probe["preps"]):
-                probe["alone"].append(self._score([probe["preps"][i]], record=False)[0].logprobs)
-            return True
-
-        def batched(size: int) -> bool:
-            preps, ref = probe["preps"], probe["alone"]
-            if not preps:  # the probe does not fit this model: nothing to compare
-                return True
-            picked = [preps[i % len(preps)] for i in range(size)]  # equal rows too: computed apart, they must agree
-            return all(g.logprobs == ref[i % len(preps)] for i, g in enumerate(self._score(picked, record=False)))
-
-        sizes = sorted({2, 3, max_batch_size} & set(range(2, max_batch_size + 1)))
-        return [prepare, *(functools.partial(alone, i) for i in range(PROBES)), *(functools.partial(batched, size) for size in sizes)]
-
-    def _probe(self) -> list[_Prepared]:
-        """Questions of several lengths, on both sides of a length bucket's edge, with the
-        options in every rotation; none where the model's context is too short for them."""
-        options = ["apple", "dog", "fox", "water"]
-        jobs = [ScoreJob(mc_prompt("Which of these is a fruit?" + " Answer with one word." * i, options[i % 4:] + options[:i % 4]), tuple(options))
-                for i in range(PROBES)]
-        by_key: dict[Any, list[_Prepared]] = {}
-        try:
-            for i, job in enumerate(jobs):
-                prep = self._prepare(i, job, limit=False)
-                by_key.setdefault(prep.key, []).append(prep)
-        except (InputError, ApiError) as e:  # a model with a tiny context, say
-            log.warning("setllm serve: batching check skipped: the probe does not fit this model (%s)", e)
-            return []
-        return [p for group in by_key.values() for p in group]
 
 
 class Engines:
@@ -374,18 +323,6 @@ class Engines:
             self.engines[name] = engine
             del self.deferred[name]
         return self.engines[name]
-
-    def batching_check(self, max_batch_size: int) -> list[Callable[[], bool]]:
-        """One engine per set of weights built so far: the views of one adapter bank share
-        the model and its kernels (the first, the main one, has its LoRA layers on), and a
-        deferred copy has the main model's shapes, which decide the kernels: their verdict
-        is the main model's."""
-        checked, steps = set(), []
-        for engine in list(self.engines.values()):
-            if id(engine.lm.model) not in checked:
-                checked.add(id(engine.lm.model))
-                steps += engine.batching_check(max_batch_size)
-        return steps
 
     def identical_only(self, only: bool = True) -> None:
         self._identical_only = only

@@ -7,7 +7,6 @@ batching, limits and metrics come with them.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +21,7 @@ from ..core.templates import mc_prompt, options_of
 from ..loading import Origin
 from ..policy import check_choices, pick, verdict
 from ..readouts import JudgeRow, get_readout, trained_readout
-from . import batch_check
+from .batch_check import BatchingCheck
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
@@ -64,10 +63,8 @@ class Service:
         self.documents = doccache.attach(lm.model, config.cache_mb) if config.cache_mb > 0 else None
         self.engines = self._engines()
         self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
-        self.batching = "on" if config.max_batch_size > 1 else "off (--max-batch-size 1)"
+        self.check = BatchingCheck(self.engines, self.batcher.call, lm, config.max_batch_size, config.batch_check)
         self.draining = False
-        self._check_task: asyncio.Task | None = None
-        self._checking = 0  # steps of the batching check on the model thread now
         self.in_flight = 0  # HTTP requests being answered (kept by the app's middleware)
 
     def _new_engine(self, lm) -> Engine:
@@ -139,67 +136,18 @@ class Service:
     # -- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the model thread; nothing else runs before the server listens. The batching
-        check's verdict is read from the cache, or the check runs in the background
-        (:mod:`.batch_check`), one forward at a time between requests."""
+        check's verdict is read from the cache, or the check runs in the background, one
+        forward at a time between requests (:class:`.batch_check.BatchingCheck`)."""
         await self.batcher.start()
-        if not (self.config.batch_check and self.config.max_batch_size > 1):
-            return
-        key = batch_check.check_key(self.lm, self.config.max_batch_size)
-        verdict = batch_check.remembered(key)
-        if verdict is not None:
-            self._batching_verdict(verdict)
-            return
-        self.engines.identical_only(True)  # the same computation by construction, until checked
-        self.batching = "identical requests only, until the batching check running in the background passes"
-        self._check_task = asyncio.create_task(self._check_batching(key), name="setllm-batch-check")
-
-    async def _check_batching(self, key: str) -> None:
-        exact = True
-        try:
-            for step in await self._check_step(self.engines.batching_check, self.config.max_batch_size):
-                if self.draining or self.batcher.stopped:  # a stop waits for one step of the check, never for all of it
-                    return
-                if not await self._check_step(step):
-                    exact = False
-                    break
-        except Exception as e:  # a failed check leaves batching to identical requests: safe, and said
-            log.error("setllm serve: batching check failed (%s); batching stays on identical requests only", e, exc_info=e)
-            return
-        batch_check.remember(key, exact)
-        self._batching_verdict(exact)
-
-    async def _check_step(self, fn, *args):
-        """One step of the check on the model thread, counted as work: a stop waits for it
-        (the process must not exit while the model thread is inside a forward)."""
-        self._checking += 1
-        try:
-            return await self.batcher.call(fn, *args)
-        finally:
-            self._checking -= 1
-
-    def _batching_verdict(self, exact: bool) -> None:
-        self.engines.identical_only(not exact)
-        if exact:
-            self.batching = "on"
-            return
-        self.batching = ("identical requests only: a batch of different questions changed low bits of a score on this "
-                         "machine (batching check), so only requests that are the same computation (in exact mode: every "
-                         "ordering of one question) share a forward")
-        log.warning("setllm serve: batching %s", self.batching)
+        self.check.start(stopping=lambda: self.draining or self.batcher.stopped)
 
     @property
-    def checking(self) -> bool:
-        """Whether the batching check still runs in the background."""
-        return self._check_task is not None and not self._check_task.done()
-
-    async def settled(self) -> None:
-        """Wait until the batching check (if one runs in the background) has its verdict."""
-        if self._check_task is not None:
-            await asyncio.shield(self._check_task)
+    def batching(self) -> str:
+        """What batching the server does now, in words (``/health``, the start banner)."""
+        return self.check.batching
 
     async def stop(self) -> None:
-        if self._check_task is not None:
-            self._check_task.cancel()
+        self.check.cancel()
         await self.batcher.stop()
 
     def start_draining(self) -> None:
@@ -207,7 +155,7 @@ class Service:
         self.draining = True
 
     def idle(self) -> bool:
-        return self.in_flight == 0 and self._checking == 0 and self.batcher.idle()
+        return self.in_flight == 0 and not self.check.busy and self.batcher.idle()
 
     # -- work -------------------------------------------------------------------------------
     async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None, variant: str | None = None) -> Scores:
