@@ -73,7 +73,7 @@ def bench_majority(lm: SetLLM, prompts, options, repeats):
     all_prompts = [p.permuted([o]) for p in prompts for o in orders]
     all_options = [opts for opts in options for _ in orders]
     t = alternate({"setllm_one_run": lambda: lm.score_many(prompts, options),
-                   "majority_vote_24_orderings": lambda: base.score(all_prompts, all_options)}, repeats)
+                   "majority_vote_24_orderings": lambda: base.score_many(all_prompts, all_options)}, repeats)
     return {**t, "orderings": len(orders), "ratio_majority_over_setllm": t["majority_vote_24_orderings"] / t["setllm_one_run"]}
 
 

@@ -349,8 +349,7 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
     (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
     apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
     it (generate)."""
-    from setllm.core.runtime import cache_kwarg, new_cache
-    from setllm.core.scoring import _truncate
+    from setllm.core.runtime import cache_kwarg, new_cache, truncate_cache
 
     x = torch.tensor([ids], device=run.device)
 
@@ -363,7 +362,7 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
             if len(o) > 1:
                 step = model(input_ids=torch.tensor([o[:-1]], device=run.device), use_cache=True, **{cache_kwarg(): cache})
                 total[i] += float(step.logits[0].float().log_softmax(-1).gather(1, torch.tensor(o[1:], device=run.device)[:, None]).sum())
-                _truncate(cache, len(ids))
+                truncate_cache(cache, len(ids))
         return total
 
     @torch.no_grad()

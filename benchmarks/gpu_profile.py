@@ -93,9 +93,9 @@ def main() -> None:
         profiled("score on flex", lambda: lm.score(prompt, OPTIONS))
         profiled("generate 1 on flex", lambda: lm.generate_encoded([enc], GenerationConfig(max_new_tokens=1)))
     lm = SetLLM(model, tokenizer, "setmask-setpe")
-    short = [mc_prompt(QUESTION, OPTIONS)]
-    print("short score, batch 1 s", seconds(lambda: lm.score(short, [OPTIONS])))
-    profiled("short score, batch 1", lambda: lm.score(short, [OPTIONS]))
+    short = mc_prompt(QUESTION, OPTIONS)
+    print("short score, batch 1 s", seconds(lambda: lm.score(short, OPTIONS)))
+    profiled("short score, batch 1", lambda: lm.score(short, OPTIONS))
 
 
 if __name__ == "__main__":

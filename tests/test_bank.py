@@ -27,7 +27,7 @@ def bank(model_dir, adapters):
 
 
 def scores(lm, question=QUESTION):
-    return [s.logprob for s in lm.score([mc_prompt(*question)], [question[1]])[0]]
+    return [s.logprob for s in lm.score(mc_prompt(*question), question[1])]
 
 
 def test_each_view_reads_as_its_adapter_loaded_alone(bank, model_dir, adapters):

@@ -45,7 +45,7 @@ def test_a_setllm_is_immutable_and_views_share_weights(lm):
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         lm.with_options(batch_size=0)
     with pytest.raises(PromptError, match="ends with a set"):
-        lm.score([["Q:\n", Set(["a\n", "b\n"])]], [["a", "b"]])
+        lm.score(["Q:\n", Set(["a\n", "b\n"])], ["a", "b"])
 
 
 def test_outer_whitespace_of_options_is_stripped_with_a_warning(lm):

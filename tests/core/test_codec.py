@@ -40,7 +40,7 @@ def every_permutation(prompt):
 
 
 def scores(lm, prompt) -> torch.Tensor:
-    return torch.tensor([s.logprob for s in lm.score([prompt], [OPTIONS])[0]], dtype=torch.float64)
+    return torch.tensor([s.logprob for s in lm.score(prompt, OPTIONS)], dtype=torch.float64)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -49,7 +49,7 @@ def test_every_accepted_prompt_is_order_invariant(lms, segments):
     prompt = as_prompt(segments)
     if isinstance(prompt.segments[-1], Set):
         with pytest.raises(PromptError, match='ends with a set.*"Answer:"'):
-            lms[True].score([prompt], [OPTIONS])
+            lms[True].score(prompt, OPTIONS)
         return
     for exact, lm in lms.items():
         ref = scores(lm, prompt)
@@ -69,7 +69,7 @@ def test_every_accepted_prompt_is_order_invariant(lms, segments):
 def test_prompt_ending_with_a_set_is_refused_for_invariant_variants(lms, segments):
     for lm in lms.values():
         with pytest.raises(PromptError, match="ends with a set"):
-            lm.score([segments], [OPTIONS])
+            lm.score(segments, OPTIONS)
         with pytest.raises(PromptError, match="ends with a set"):
             lm.generate(segments, max_new_tokens=2)
 
@@ -78,7 +78,7 @@ def test_order_sensitive_variants_and_chat_mode_accept_a_final_set(lms):
     """Causal variants read the order anyway; in chat mode the template's text follows the set."""
     prompt = ["Q:\n", Set(["apple\n", "banana"])]
     lm = lms[True]
-    assert len(lm.with_variant("causal-pe").score([prompt], [OPTIONS])[0]) == 3
+    assert len(lm.with_variant("causal-pe").score(prompt, OPTIONS)) == 3
     chat = lm.with_options(chat=True)
     ref = scores(chat, prompt)
     assert all(torch.equal(scores(chat, p), ref) for p in every_permutation(as_prompt(prompt)))
@@ -101,9 +101,9 @@ def test_options_are_scored_with_eos_by_default(lms):
     eos = lm.tokenizer.eos_token_id
     prompt = ["Q:\n", Set(["apple\n", "fox\n"]), "Answer:"]
     assert lm.response_ids(prompt, "fox") == lm.response_ids(prompt, "fox", eos=False) + [eos]
-    with_eos, without = lm.score([prompt], [["fox"]])[0][0], lm.score([prompt], [["fox"]], eos=False)[0][0]
+    with_eos, without = lm.score(prompt, ["fox"])[0], lm.score(prompt, ["fox"], eos=False)[0]
     assert with_eos.n_tokens == without.n_tokens + 1 and with_eos.logprob < without.logprob
-    assert lm.with_options(eos=False).score([prompt], [["fox"]])[0][0] == without
+    assert lm.with_options(eos=False).score(prompt, ["fox"])[0] == without
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

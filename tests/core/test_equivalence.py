@@ -85,8 +85,8 @@ def test_batched_equals_unbatched(arch, tok):
     model = tiny_model(arch)
     prompts = [PROMPT, mc_prompt("What do plants need?", ["sunlight", "rocks"]), as_prompt(["one two:\n", Set(["a\n", "b c\n"]), "Answer:"])]
     options = [OPTIONS, ["sunlight", "rocks"], ["a", "b c"]]
-    batched = SetLLM(model, tok, batch_size=3).score(prompts, options)
-    single = SetLLM(model, tok, batch_size=1).score(prompts, options)
+    batched = SetLLM(model, tok, batch_size=3).score_many(prompts, options)
+    single = SetLLM(model, tok, batch_size=1).score_many(prompts, options)
     for got, ref in zip(batched, single):
         assert [s.logprob for s in got] == pytest.approx([s.logprob for s in ref], abs=1e-4)
 
@@ -95,7 +95,7 @@ def test_batched_equals_unbatched(arch, tok):
 @pytest.mark.parametrize("variant", ["setmask-setpe", "causal-pe", "prefix-nope"])
 def test_kv_reuse_scoring_equals_separate_full_forwards(arch, variant, tok):
     lm = SetLLM(tiny_model(arch), tok, variant)
-    got = lm.score([PROMPT], [OPTIONS])[0]
+    got = lm.score(PROMPT, OPTIONS)
     for option, score in zip(OPTIONS, got):
         resp = lm.response_ids(PROMPT, option)
         logp = lm.logits(PROMPT, response=option).log_softmax(-1)
@@ -123,7 +123,7 @@ def test_flex_model_scores_and_generates_like_sdpa(arch, tok):
     flex = tiny_model(arch, attn="flex_attention")
     ref = same_weights(flex, "eager" if arch == "gemma2" else "sdpa")
     a, b = SetLLM(flex, tok), SetLLM(ref, tok)
-    assert [s.logprob for s in a.score([PROMPT], [OPTIONS])[0]] == pytest.approx([s.logprob for s in b.score([PROMPT], [OPTIONS])[0]], abs=1e-4)
+    assert [s.logprob for s in a.score(PROMPT, OPTIONS)] == pytest.approx([s.logprob for s in b.score(PROMPT, OPTIONS)], abs=1e-4)
     cfg = GenerationConfig(max_new_tokens=4)
     assert a.generate([PROMPT], cfg) == b.generate([PROMPT], cfg)
     assert flex.config._attn_implementation == "flex_attention"

@@ -54,12 +54,12 @@ def test_invariant_variants_do_not_see_order(arch, variant, tokenizer):
         prompt = random_prompt(rng)
         ref, ref_exact = outside_set_logits(lm, prompt), outside_set_logits(exact, prompt)
         options = [["fox", "seven dog", "apple"]]
-        ref_scores = {s.text: s.logprob for s in lm.score([prompt], options)[0]}
+        ref_scores = {s.text: s.logprob for s in lm.score_many([prompt], options)[0]}
         for _ in range(2):
             perm = random_permutation(prompt, rng)
             torch.testing.assert_close(outside_set_logits(lm, perm), ref, atol=1e-4, rtol=0)
             assert torch.equal(outside_set_logits(exact, perm), ref_exact)
-            scores = {s.text: s.logprob for s in lm.score([perm], options)[0]}
+            scores = {s.text: s.logprob for s in lm.score_many([perm], options)[0]}
             assert scores == pytest.approx(ref_scores, abs=1e-4)
 
 

@@ -87,5 +87,5 @@ def test_the_attention_implementation_is_put_back():
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
     before = lm.model.config._attn_implementation
     prompt = mc_prompt("Which is a fruit?", ["apple", "dog"])
-    lm.score([prompt], [["apple", "dog"]])
+    lm.score(prompt, ["apple", "dog"])
     assert lm.model.config._attn_implementation == before == "sdpa"

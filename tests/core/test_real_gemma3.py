@@ -43,7 +43,7 @@ def test_documents_past_the_window_give_one_answer_in_every_order(gemma):
     options = [" 3", " 7", " 2"]
     prompts = [["Read the documents.\n", Set(list(order)), question] for order in itertools.permutations(DOCS)]
     assert len(gemma.encode(prompts[0])) > 700
-    exact = [[s.logprob for s in row] for row in gemma.score(prompts, [options] * len(prompts))]
+    exact = [[s.logprob for s in row] for row in gemma.score_many(prompts, [options] * len(prompts))]
     assert all(row == exact[0] for row in exact)
-    loose = [[s.logprob for s in row] for row in gemma.with_options(exact=False).score(prompts, [options] * len(prompts))]
+    loose = [[s.logprob for s in row] for row in gemma.with_options(exact=False).score_many(prompts, [options] * len(prompts))]
     assert max(abs(a - b) for row in loose for a, b in zip(row, exact[0])) < 1e-3

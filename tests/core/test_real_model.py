@@ -38,10 +38,10 @@ def test_same_answer_under_all_24_orderings(lm):
 def test_scores_bit_identical_in_exact_mode_and_close_without(lm):
     prompts = [mc_prompt(QUESTION, list(o)) for o in itertools.permutations(OPTIONS)]
     options = [OPTIONS] * len(prompts)
-    exact = [[s.logprob for s in row] for row in lm.score(prompts, options)]
+    exact = [[s.logprob for s in row] for row in lm.score_many(prompts, options)]
     assert all(row == exact[0] for row in exact)  # same batch layout: bit for bit
     plain = SetLLM(lm.model, lm.tokenizer, lm.variant, exact=False, batch_size=8)
-    loose = [[s.logprob for s in row] for row in plain.score(prompts, options)]
+    loose = [[s.logprob for s in row] for row in plain.score_many(prompts, options)]
     assert max(abs(a - b) for row in loose for a, b in zip(row, exact[0])) < 5e-4
 
 
@@ -174,7 +174,7 @@ def test_shipped_adapter_reads_the_held_out_template_in_any_order(lm, task):
     for shift in range(k):
         order = tuple((i + shift) % k for i in range(k))
         rendered = get_task(task).template("held-out").render(record, order)
-        scores = [s.logprob for s in lm.score([rendered.prompt], [rendered.options])[0]]
+        scores = [s.logprob for s in lm.score(rendered.prompt, rendered.options)]
         by_index.append([scores[order.index(i)] for i in range(k)])  # back to the dataset's option order
     assert all(row == by_index[0] for row in by_index)
     assert len({max(range(k), key=row.__getitem__) for row in by_index}) == 1

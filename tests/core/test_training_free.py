@@ -57,7 +57,7 @@ def test_sbp_scores_equal_a_from_scratch_reading(arch, tok):
     lm = SetLLM(model, tok, "sbp", exact=False)
     enc = lm.encode(PROMPT)
     assert len(set(enc.set_ids)) == 3  # two sets and the text around them
-    got = lm.score([PROMPT], [OPTIONS])[0]
+    got = lm.score(PROMPT, OPTIONS)
     for option, score in zip(OPTIONS, got):
         resp = lm.response_ids(PROMPT, option)
         ids = enc.input_ids + resp
@@ -69,7 +69,7 @@ def test_sbp_scores_equal_a_from_scratch_reading(arch, tok):
         assert score.logprob == pytest.approx(expected, abs=1e-4), option
     # The test can fail: SBP is neither the causal reading nor Set-LLM's.
     for other in ("causal-pe", "setmask-setpe"):
-        theirs = [s.logprob for s in lm.with_variant(other, exact=False).score([PROMPT], [OPTIONS])[0]]
+        theirs = [s.logprob for s in lm.with_variant(other, exact=False).score(PROMPT, OPTIONS)]
         assert max(abs(a.logprob - b) for a, b in zip(got, theirs)) > 1e-4, other
 
 
@@ -98,17 +98,17 @@ def test_canonical_is_causal_pe_on_the_sorted_prompt(arch, tok):
     canonical = SetLLM(model, tok, "canonical", exact=False)  # canonical order cannot be turned off
     assert canonical.exact and get_variant("canonical").canonical
     causal = SetLLM(model, tok, "causal-pe")
-    ref_scores = [s.logprob for s in causal.score([PROMPT.canonical()], [OPTIONS])[0]]
+    ref_scores = [s.logprob for s in causal.score(PROMPT.canonical(), OPTIONS)]
     ref_logits = causal.logits(PROMPT.canonical(), response="fox")
     for p in itertools.permutations(range(3)):
         for q in ([0, 1], [1, 0]):
             perm = PROMPT.permuted([p, q])
             assert canonical.encode(perm).input_ids == causal.encode(PROMPT.canonical()).input_ids
-            assert [s.logprob for s in canonical.score([perm], [OPTIONS])[0]] == ref_scores  # bit-identical
+            assert [s.logprob for s in canonical.score(perm, OPTIONS)] == ref_scores  # bit-identical
             assert torch.equal(canonical.logits(perm, response="fox"), ref_logits)
     # ... and the sorting is what makes it invariant: causal-pe itself sees the order.
     shuffled = PROMPT.permuted([[2, 0, 1], [1, 0]])
-    assert [s.logprob for s in causal.score([shuffled], [OPTIONS])[0]] != ref_scores
+    assert [s.logprob for s in causal.score(shuffled, OPTIONS)] != ref_scores
 
 
 def test_report_names_of_the_training_free_variants():

@@ -96,7 +96,7 @@ def test_a_window_that_cuts_a_set_keeps_the_order_invariance(arch):
     for order in itertools.permutations(LONG_OPTIONS[:3]):
         prompt, _ = long_request(lm, order)
         assert len(lm.encode(prompt)) > 2 * WINDOW
-        seen.append(sorted((s.text, s.logprob) for s in lm.score([prompt], [LONG_OPTIONS[:3]])[0]))
+        seen.append(sorted((s.text, s.logprob) for s in lm.score(prompt, LONG_OPTIONS[:3])))
     for other in seen[1:]:
         assert [t for t, _ in other] == [t for t, _ in seen[0]]
         assert [lp for _, lp in other] == pytest.approx([lp for _, lp in seen[0]], abs=1e-5)

@@ -32,7 +32,7 @@ def client(bank):
 
 
 def library_scores(lm):
-    return [s.logprob for s in lm.score([mc_prompt(QUESTION, OPTIONS)], [OPTIONS])[0]]
+    return [s.logprob for s in lm.score(mc_prompt(QUESTION, OPTIONS), OPTIONS)]
 
 
 def test_a_request_reads_with_the_adapter_it_names(client, bank):

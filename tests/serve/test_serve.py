@@ -46,7 +46,7 @@ def test_score_takes_markup_or_the_json_list_form(lm):
         c = client.post("/v1/score", json={"prompt": JSON_PROMPT})  # default options: the set's elements
     assert a.status_code == b.status_code == c.status_code == 200
     assert a.json()["scores"] == b.json()["scores"]  # same set, other order: identical
-    expected = lm.score([["Pick one:\n", Set(["apple\n", "dog\n", "fox\n"]), "Answer:"]], [["apple", "dog"]])[0]
+    expected = lm.score(["Pick one:\n", Set(["apple\n", "dog\n", "fox\n"]), "Answer:"], ["apple", "dog"])
     assert a.json()["scores"] == pytest.approx([s.logprob for s in expected], abs=1e-5)
     assert c.json()["scores"][1:] == b.json()["scores"]  # fox, apple, dog: the same apple and dog
 
@@ -181,7 +181,7 @@ def test_where_mixed_batches_move_bits_only_identical_requests_share_a_forward(w
 
 def test_mc_prompt_of_the_server_is_the_library_template(lm):
     """/v1/choose reads options as the library does: the same set prompt as `setllm choose`."""
-    a = lm.score([mc_prompt(QUESTION, OPTIONS)], [OPTIONS])[0]
+    a = lm.score(mc_prompt(QUESTION, OPTIONS), OPTIONS)
     with serving(lm) as client:
         b = client.post("/v1/score", json={"prompt": mc_prompt(QUESTION, OPTIONS).to_json()["prompt"], "options": OPTIONS}).json()
     assert b["scores"] == pytest.approx([s.logprob for s in a], abs=1e-5)

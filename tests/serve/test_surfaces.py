@@ -24,7 +24,7 @@ def test_library_server_and_lm_eval_backend_give_the_same_bits(wide_lm):
 
     from setllm.lm_eval import SetLLMLM
 
-    library = [s.logprob for s in wide_lm.score(parse_markup(CONTEXT), [OPTIONS])[0]]
+    library = [s.logprob for s in wide_lm.score(parse_markup(CONTEXT), OPTIONS)]
     body = {"prompt": CONTEXT.replace("\n", "\\n"), "options": OPTIONS}
     with serving(wide_lm) as client:
         alone = client.post("/v1/score", json=body).json()["scores"]
@@ -63,8 +63,8 @@ def test_a_markup_string_means_the_same_on_every_surface(lm, model_dir, capsys):
     from setllm.loading import load_model
 
     markup = "Pick one:\n{{apple\n||dog\n||fox\n}}Answer:"
-    library = [s.logprob for s in lm.score(markup, [["apple", "dog"]])[0]]
-    assert library == [s.logprob for s in lm.score(parse_markup(markup), [["apple", "dog"]])[0]]
+    library = [s.logprob for s in lm.score(markup, ["apple", "dog"])]
+    assert library == [s.logprob for s in lm.score(parse_markup(markup), ["apple", "dog"])]
     with serving(lm) as client:
         server = client.post("/v1/score", json={"prompt": markup, "options": ["apple", "dog"]}).json()["scores"]
         served_text = client.post("/v1/generate", json={"prompt": markup, "max_new_tokens": 4}).json()["text"]

@@ -81,7 +81,7 @@ def _answers(lm, record):
     """Generated answer and answer log-likelihood with the gold document at every position."""
     prompts = [docs.render(record, docs.move_gold(record, p)) for p in range(len(record.documents))]
     texts = lm.generate(prompts, max_new_tokens=6)
-    scores = [s[0].logprob for s in lm.score(prompts, [[record.answer]] * len(prompts))]
+    scores = [s[0].logprob for s in lm.score_many(prompts, [[record.answer]] * len(prompts))]
     return texts, scores
 
 
@@ -107,7 +107,7 @@ def test_a_batch_of_answers_scores_each_gold_answer_as_the_library_does_alone(sh
     items = [(r, "0", tuple(range(4))) for r in rows]
     got = answer_batch(lm, items)
     prompts = [docs.render(r, order) for r, _, order in items]
-    alone = [lm.score([p], [[r.answer]])[0][0].logprob for p, r in zip(prompts, rows)]
+    alone = [lm.score(p, [r.answer])[0].logprob for p, r in zip(prompts, rows)]
     assert [lp for _, lp, _, _ in got] == alone
     longest = max(len(lm.response_ids(p, r.answer)) for p, r in zip(prompts, rows))
     texts = lm.generate(prompts, max_new_tokens=longest + 8, stop=["\n"])
@@ -171,12 +171,12 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
     prompt = docs.render(record, tuple(range(40)))
     a, b = SetLLM(flex, tok, "setmask-setpe"), SetLLM(sdpa, tok, "setmask-setpe")
     assert len(a.encode(prompt)) > 600
-    sa, sb = a.score([prompt], [[record.answer, "0000"]])[0], b.score([prompt], [[record.answer, "0000"]])[0]
+    sa, sb = a.score(prompt, [record.answer, "0000"]), b.score(prompt, [record.answer, "0000"])
     assert [x.logprob for x in sa] == pytest.approx([x.logprob for x in sb], abs=1e-5)
     # A second prompt length: on CPU each length compiles on its own (torch 2.13's dynamic-shape
     # flex kernel fails to compile; see runtime._static_flex_shapes).
     shorter = docs.documents_prompt(list(record.documents[:30]), record.question)
-    sa, sb = a.score([shorter], [[record.answer]])[0], b.score([shorter], [[record.answer]])[0]
+    sa, sb = a.score(shorter, [record.answer]), b.score(shorter, [record.answer])
     assert sa[0].logprob == pytest.approx(sb[0].logprob, abs=1e-5)
 
 

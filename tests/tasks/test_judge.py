@@ -146,7 +146,7 @@ def test_the_held_out_judge_prompt_is_read_as_the_trained_one_and_stays_invarian
     summary, held = rows("held-out", "held", verify_invariance=True)
     assert summary["template"] == "held-out" and summary["position_consistency"] == 100.0
     assert all(r["orderings"] == [[0, 1], [1, 0]] and r["max_logprob_diff"] < 1e-5 for r in held)
-    [scores] = lm.score([JUDGE_HELD_OUT.render(first, (0, 1)).prompt], [[c.strip() for c in first.choices]])
+    [scores] = lm.score_many([JUDGE_HELD_OUT.render(first, (0, 1)).prompt], [[c.strip() for c in first.choices]])
     assert held[0]["logprobs"] == [s.mean_logprob for s in scores]  # per token, over the held-out prompt
     assert held[0]["logprobs"] != trained[0]["logprobs"]
     with pytest.raises(InputError, match="--readout pmi reads the trained judge prompt; --template held-out takes likelihood or mean"):

@@ -33,12 +33,12 @@ def test_no_readout_sees_the_order_of_the_candidates(lm, readout):
 
 def test_each_readout_is_its_definition(lm):
     row = readouts.JudgeRow(INSTRUCTION, tuple(CANDIDATES))
-    [judged] = lm.score([judge_prompt(INSTRUCTION, CANDIDATES)], [CANDIDATES])
-    [alone] = lm.score([readouts.alone_prompt(row)], [CANDIDATES])
+    [judged] = lm.score_many([judge_prompt(INSTRUCTION, CANDIDATES)], [CANDIDATES])
+    [alone] = lm.score_many([readouts.alone_prompt(row)], [CANDIDATES])
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="likelihood").scores == [s.logprob for s in judged]
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="mean").scores == [s.mean_logprob for s in judged]
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="pmi").scores == [a.logprob - b.logprob for a, b in zip(judged, alone)]
-    yes_no = [lm.score([readouts.verdict_prompt(row, i)], [["Yes", "No"]])[0] for i in range(3)]
+    yes_no = [lm.score(readouts.verdict_prompt(row, i), ["Yes", "No"]) for i in range(3)]
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="verdict").scores == [y.logprob - n.logprob for y, n in yes_no]
     # The reference of pmi shows no candidate; the verdict prompt names its candidate after the set.
     assert "Response:" in readouts.alone_prompt(row).text() and not readouts.alone_prompt(row).sets

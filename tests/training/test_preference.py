@@ -203,7 +203,7 @@ def test_the_summed_score_is_what_choose_reads(variant):
     with torch.no_grad():
         logits, _ = response_logits(lm.model, lm.variant, batch)
         trained = response_logprob(logits, batch["labels"])
-    read = lm.score([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
+    read = lm.score_many([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
     want = [s.logprob for row in read for s in row]
     torch.testing.assert_close(trained, torch.tensor(want), atol=1e-4, rtol=1e-4)
 
@@ -229,7 +229,7 @@ def test_a_few_steps_on_benchmark_rows_rank_the_right_options_higher(tmp_path):
     examples, _ = load_examples(specs, TRAIN_DATA)
 
     def gap(lm: SetLLM) -> float:  # mean over rows of s_right - mean of s_other, summed scores as choose reads them
-        read = lm.score([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
+        read = lm.score_many([ex.prompt for ex in examples], [[ex.response, *ex.rejected] for ex in examples])
         return sum(row[0].logprob - sum(s.logprob for s in row[1:]) / (len(row) - 1) for row in read) / len(read)
 
     before = gap(SetLLM(model, tok))

@@ -343,6 +343,13 @@ def new_cache():
     return DynamicCache()
 
 
+def truncate_cache(cache, n: int) -> None:
+    """Keep the first ``n`` tokens of every layer of ``cache`` (``crop``'s argument changed
+    meaning across transformers releases)."""
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+
+
 def weights_fingerprint(model, stride: int = 4099) -> str:
     """A short hash of a model's weights: names, shapes, and every ``stride``-th value of each
     tensor (a retrained adapter, merged in, moves nearly every value of the matrices it

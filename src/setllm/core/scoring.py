@@ -54,6 +54,7 @@ from .runtime import (
     new_cache,
     output_cache,
     sliding_window,
+    truncate_cache,
     uses_flex,
 )
 from .variants import Variant
@@ -267,7 +268,7 @@ def _packed_prefill(model, packed: _Prompts, rows):
         out = _packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
                               torch.tensor(keep + r_keep))
     finally:
-        _truncate(cache, packed.total)  # the rows' keys go: later rows see the prompts alone
+        truncate_cache(cache, packed.total)  # the rows' keys go: later rows see the prompts alone
     logp = out.logits[0].float().log_softmax(-1)
     return output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
 
@@ -298,7 +299,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
     try:
         out = _packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     finally:
-        _truncate(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
+        truncate_cache(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
     return _row_scores(out.logits[0].float().log_softmax(-1), rows)
 
 
@@ -314,13 +315,6 @@ def _row_scores(logp: torch.Tensor, rows) -> list[tuple[list[float], list[bool]]
         result.append((got[at : at + len(o) - 1], hits[at : at + len(o) - 1]))
         at += len(o) - 1
     return result
-
-
-def _truncate(cache, n: int) -> None:
-    """Keep the first ``n`` tokens of every layer of ``cache`` (``crop``'s argument changed
-    meaning across transformers releases)."""
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
 
 
 def _packed_forward(model, plan, ids, pos, cache, keep):
