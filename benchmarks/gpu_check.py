@@ -209,7 +209,7 @@ def costs(model, tokenizer, run: Run) -> dict:
         for variant in ("setmask-setpe", "causal-pe"):
             lm = SetLLM(model, tokenizer, variant, batch_size=batch)
             row[variant] = {"score": run.timed(lambda: lm.score_many(prompts, [OPTIONS] * batch)),
-                            "generate": run.timed(lambda: lm.generate(prompts, max_new_tokens=16))}
+                            "generate": run.timed(lambda: lm.generate_many(prompts, max_new_tokens=16))}
         out[f"batch_{batch}"] = row | {"ratio_score_s": _ratio(row, "score"), "ratio_generate_s": _ratio(row, "generate")}
     for batch, plain in plain_costs(model, tokenizer, run).items():
         out[batch]["plain"] = plain

@@ -217,16 +217,14 @@ class SetLLM:
             warnings.warn("SetLLM.score takes one prompt and a flat list of options; for a list of prompts (or options given "
                           "one list per prompt) call SetLLM.score_many(prompts, options), which returns one list per prompt",
                           FutureWarning, stacklevel=2)
-            return self.score_many(_prompt_list(prompt), options, eos)
+            return self.score_many([prompt] if _is_single_prompt(prompt) else prompt, options, eos)
         return self._score_many([as_prompt(prompt)], None if options is None else [options], eos, single=True)[0]
 
     def score_many(self, prompts: Sequence[PromptLike], options: Sequence[Sequence[str]] | None = None,
                    eos: bool | None = None) -> list[list[scoring.OptionScore]]:
         """:meth:`score` for a list of prompts, ``options[i]`` prompt ``i``'s (default: the
         elements of each prompt's set): one list of scores per prompt, batched."""
-        if isinstance(prompts, (str, SetPrompt, dict)) or not isinstance(prompts, Sequence):
-            raise InputError(f"score_many takes a list of prompts, got {type(prompts).__name__}; for one prompt call score")
-        return self._score_many([as_prompt(p) for p in prompts], options, eos)
+        return self._score_many(_prompt_sequence(prompts, "score"), options, eos)
 
     def score_request(self, prompt: PromptLike, options: Sequence[str], eos: bool | None = None,
                       name: str = "options") -> scoring.ScoreRequest:
@@ -315,24 +313,32 @@ class SetLLM:
         return self.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
 
     # -- generate -----------------------------------------------------------------------
-    def generate(self, prompts: PromptLike | Sequence[PromptLike], config: generation.GenerationConfig | None = None,
-                 **kwargs) -> str | list[str]:
-        """Generate a response for one prompt (returns a string) or a list of prompts.
+    def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
+        """Generate a response for one prompt.
 
         Decoding options come as a :class:`GenerationConfig` or as its fields by keyword
         (``max_new_tokens=32, temperature=0.7, ...``), as in transformers, whose ``do_sample``
         and ``stop_strings`` are taken too; any other transformers option is refused by name
-        (:func:`generation_config`).
+        (:func:`generation_config`). For many prompts, :meth:`generate_many`.
         """
+        if not _is_single_prompt(prompt):
+            _prompt_sequence(prompt, "generate")  # neither one prompt nor a list: said before the warning
+            warnings.warn("SetLLM.generate takes one prompt; for a list of prompts call SetLLM.generate_many(prompts), "
+                          "which returns one text per prompt", FutureWarning, stacklevel=2)
+            return self.generate_many(prompt, config, **kwargs)
+        return self.generate_many([prompt], config, **kwargs)[0]
+
+    def generate_many(self, prompts: Sequence[PromptLike], config: generation.GenerationConfig | None = None,
+                      **kwargs) -> list[str]:
+        """:meth:`generate` for a list of prompts, ``batch_size`` at a time: one text per prompt."""
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
         config = config or generation_config(**kwargs)
-        single = _is_single_prompt(prompts)
-        prompts = _prompt_list(prompts)
+        prompts = _prompt_sequence(prompts, "generate")
         out: list[str] = []
         for lo in self._chunks(len(prompts), "generating"):
             out += [text for text, _ in self.generate_encoded([self.encode(p) for p in prompts[lo : lo + self.batch_size]], config)]
-        return out[0] if single else out
+        return out
 
     # -- encoded requests ---------------------------------------------------------------
     # The entry for front ends that batch and encode on their own (the server, the lm-eval
@@ -504,11 +510,11 @@ def _nested(options) -> bool:
             and all(isinstance(o, Sequence) and not isinstance(o, str) for o in options))
 
 
-def _prompt_list(obj) -> list[SetPrompt]:
-    if _is_single_prompt(obj):
-        return [as_prompt(obj)]
-    if not isinstance(obj, Sequence):
-        raise InputError(f"expected a prompt or a list of prompts, got {type(obj).__name__}")
-    return [as_prompt(p) for p in obj]
+def _prompt_sequence(prompts, call: str) -> list[SetPrompt]:
+    """The prompts of ``{call}_many``: a list, never one prompt (that is ``{call}``'s)."""
+    if isinstance(prompts, (str, SetPrompt, dict)) or not isinstance(prompts, Sequence):
+        raise InputError(f"{call}_many takes a list of prompts, got {type(prompts).__name__}; for one prompt (text, a list "
+                         f"holding a Set, a SetPrompt) call {call}")
+    return [as_prompt(p) for p in prompts]
 
 

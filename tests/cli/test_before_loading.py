@@ -54,7 +54,7 @@ def test_the_early_refusal_is_the_librarys(model_dir, capsys):
     code, _, err = run_cli(capsys, "generate", "--prompt", ENDS_WITH_A_SET, "--model", model_dir, "--adapter", "none")
     lm = SetLLM.from_pretrained(model_dir, adapter=None)
     with pytest.raises(PromptError) as refused:
-        lm.generate([parse_markup(ENDS_WITH_A_SET)])
+        lm.generate_many([parse_markup(ENDS_WITH_A_SET)])
     assert code == 2 and err == f"error: {refused.value}\n"
 
 

@@ -4,6 +4,7 @@ import pytest
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import GenerationConfig, PromptError, Set, SetLLM
+from setllm.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -14,15 +15,25 @@ def lm():
 PROMPT = ["Pick one:\n", Set(["apple\n", "dog\n"]), "Answer:"]
 
 
-def test_generate_takes_one_prompt_or_a_list_and_keyword_options(lm):
+def test_generate_takes_one_prompt_and_generate_many_a_list_and_keyword_options(lm):
     one = lm.generate("Say something:", max_new_tokens=3)  # a bare string is one prompt, not one per character
     assert isinstance(one, str)
-    assert lm.generate(["Say something:"], GenerationConfig(max_new_tokens=3)) == [one]
-    assert lm.generate(PROMPT, max_new_tokens=3) == lm.generate([PROMPT], max_new_tokens=3)[0]
+    assert lm.generate_many(["Say something:"], GenerationConfig(max_new_tokens=3)) == [one]
+    assert lm.generate(PROMPT, max_new_tokens=3) == lm.generate_many([PROMPT], max_new_tokens=3)[0]
     with pytest.raises(ValueError, match="either a GenerationConfig or keyword arguments"):
         lm.generate("x", GenerationConfig(), max_new_tokens=3)
     with pytest.raises(ValueError, match="'max_new_tokenz' is an unknown option"):
         lm.generate("x", max_new_tokenz=3)  # a misspelt option is refused by name, not silently ignored
+    with pytest.raises(InputError, match="generate_many takes a list of prompts"):
+        lm.generate_many("Say something:", max_new_tokens=3)
+    with pytest.raises(InputError, match="takes a list of prompts, got int"):
+        lm.generate(3, max_new_tokens=3)
+
+
+def test_the_old_many_form_of_generate_still_answers_with_a_future_warning(lm):
+    with pytest.warns(FutureWarning, match="generate_many"):
+        old = lm.generate(["Say something:", PROMPT], max_new_tokens=3)
+    assert old == lm.generate_many(["Say something:", PROMPT], max_new_tokens=3)
 
 
 def test_options_must_be_a_list_not_a_string(lm):

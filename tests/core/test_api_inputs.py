@@ -21,11 +21,12 @@ MARKUP = "Pick one:\n{{apple\n||dog\n}}Answer:"
 def test_one_prompt_with_a_flat_options_list_gives_flat_scores(lm):
     flat = lm.score(MARKUP, options=["apple", "dog"])
     assert [s.text for s in flat] == ["apple", "dog"]
-    [nested] = lm.score([MARKUP], [["apple", "dog"]])  # a list of prompts: one list of scores per prompt
+    [nested] = lm.score_many([MARKUP], [["apple", "dog"]])  # a list of prompts: one list of scores per prompt
     assert [s.logprob for s in flat] == [s.logprob for s in nested]
     assert [s.logprob for s in lm.score(MARKUP)] == [s.logprob for s in flat]  # default options: the set's elements
     assert [s.logprob for s in lm.score(["Pick one:\n", Set(["apple\n", "dog\n"]), "Answer:"], ["dog"])] == [flat[1].logprob]
-    [[a, b]] = lm.score(parse_markup(MARKUP), [["apple", "dog"]])  # one prompt, options nested as for a list: as before
+    with pytest.warns(FutureWarning, match="score_many"):  # one prompt, options nested as for a list: as before
+        [[a, b]] = lm.score(parse_markup(MARKUP), [["apple", "dog"]])
     assert [a.logprob, b.logprob] == [s.logprob for s in flat]
     with pytest.raises(InputError, match="options must be a list of strings, got str"):
         lm.score(MARKUP, options="apple")

@@ -125,5 +125,5 @@ def test_flex_model_scores_and_generates_like_sdpa(arch, tok):
     a, b = SetLLM(flex, tok), SetLLM(ref, tok)
     assert [s.logprob for s in a.score(PROMPT, OPTIONS)] == pytest.approx([s.logprob for s in b.score(PROMPT, OPTIONS)], abs=1e-4)
     cfg = GenerationConfig(max_new_tokens=4)
-    assert a.generate([PROMPT], cfg) == b.generate([PROMPT], cfg)
+    assert a.generate_many([PROMPT], cfg) == b.generate_many([PROMPT], cfg)
     assert flex.config._attn_implementation == "flex_attention"

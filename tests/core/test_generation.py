@@ -31,33 +31,33 @@ def test_greedy_matches_full_forward_argmax(lm):
     eos = lm.tokenizer.eos_token_id
     if eos in tokens:
         tokens = tokens[: tokens.index(eos)]
-    assert lm.generate([PROMPT], GenerationConfig(max_new_tokens=6)) == [lm.tokenizer.decode(tokens, skip_special_tokens=True)]
+    assert lm.generate_many([PROMPT], GenerationConfig(max_new_tokens=6)) == [lm.tokenizer.decode(tokens, skip_special_tokens=True)]
 
 
 def test_batched_generation_equals_one_by_one(lm):
     prompts = [PROMPT, as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])]
     cfg = GenerationConfig(max_new_tokens=5)
-    batched = SetLLM(lm.model, lm.tokenizer, batch_size=2).generate(prompts, cfg)
-    assert batched == [lm.generate([p], cfg)[0] for p in prompts]
+    batched = SetLLM(lm.model, lm.tokenizer, batch_size=2).generate_many(prompts, cfg)
+    assert batched == [lm.generate(p, cfg) for p in prompts]
 
 
 def test_sampling_is_seeded_and_varies_with_seed(lm):
     cfg = lambda seed: GenerationConfig(max_new_tokens=8, temperature=1.5, top_p=0.95, seed=seed)  # noqa: E731
-    a, b = lm.generate([PROMPT], cfg(1)), lm.generate([PROMPT], cfg(1))
+    a, b = lm.generate_many([PROMPT], cfg(1)), lm.generate_many([PROMPT], cfg(1))
     assert a == b
-    assert len({lm.generate([PROMPT], cfg(s))[0] for s in range(2, 6)} | set(a)) > 1
+    assert len({lm.generate(PROMPT, cfg(s)) for s in range(2, 6)} | set(a)) > 1
 
 
 def test_generation_is_invariant_in_exact_mode(lm):
     cfg = GenerationConfig(max_new_tokens=6, temperature=1.0, seed=3)
-    assert lm.generate([PROMPT], cfg) == lm.generate([PROMPT.permuted([[1, 0]])], cfg)
+    assert lm.generate_many([PROMPT], cfg) == lm.generate_many([PROMPT.permuted([[1, 0]])], cfg)
 
 
 def test_stop_string_cuts_the_text(lm):
-    full = lm.generate([PROMPT], GenerationConfig(max_new_tokens=8))[0]
+    full = lm.generate(PROMPT, GenerationConfig(max_new_tokens=8))
     assert len(full) > 2
     stop = full[1:3]
-    out = lm.generate([PROMPT], GenerationConfig(max_new_tokens=8, stop=(stop,)))[0]
+    out = lm.generate(PROMPT, GenerationConfig(max_new_tokens=8, stop=(stop,)))
     assert out == full[: full.index(stop)]
 
 
@@ -91,7 +91,7 @@ def test_eos_stops_generation(lm):
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size))
         model.lm_head.bias[eos] = 1e4
     try:
-        assert lm.generate([PROMPT], GenerationConfig(max_new_tokens=8)) == [""]
+        assert lm.generate_many([PROMPT], GenerationConfig(max_new_tokens=8)) == [""]
     finally:
         model.lm_head.bias = None
 
@@ -124,14 +124,14 @@ def test_steps_run_ahead_of_the_host_without_changing_any_text(lm, monkeypatch, 
 
     prompts = [PROMPT, as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])]
     configs = [GenerationConfig(max_new_tokens=n) for n in (1, 7, 20)]
-    looked = {cfg.max_new_tokens: lm.generate(prompts, cfg) for cfg in configs}
+    looked = {cfg.max_new_tokens: lm.generate_many(prompts, cfg) for cfg in configs}
     full = looked[20]
     stops = [GenerationConfig(max_new_tokens=20, stop=[full[0][2:4]]), GenerationConfig(max_new_tokens=20, stop=[full[1][5:7]])]
-    stopped = [lm.generate(prompts, cfg) for cfg in stops]
+    stopped = [lm.generate_many(prompts, cfg) for cfg in stops]
     steps = []
     real = generation.decode_one_token
     monkeypatch.setattr(generation, "decode_one_token", lambda *a: steps.append(1) or real(*a))
     monkeypatch.setitem(generation.CHECK_EVERY, "cpu", every)
-    assert {cfg.max_new_tokens: lm.generate(prompts, cfg) for cfg in configs} == looked
-    assert [lm.generate(prompts, cfg) for cfg in stops] == stopped
+    assert {cfg.max_new_tokens: lm.generate_many(prompts, cfg) for cfg in configs} == looked
+    assert [lm.generate_many(prompts, cfg) for cfg in stops] == stopped
     assert steps  # the steps did run through the chunked loop

@@ -88,7 +88,7 @@ def test_sbp_generates_the_same_text_in_any_order(arch, tok):
     lm = SetLLM(tiny_model(arch), tok, "sbp")
     assert lm.exact and lm.variant.training_free and lm.variant.invariant
     cfg = GenerationConfig(max_new_tokens=5)
-    texts = {lm.generate([PROMPT.permuted([p, q])], cfg)[0] for p in itertools.permutations(range(3)) for q in ([0, 1], [1, 0])}
+    texts = {lm.generate(PROMPT.permuted([p, q]), cfg) for p in itertools.permutations(range(3)) for q in ([0, 1], [1, 0])}
     assert len(texts) == 1
 
 

@@ -80,7 +80,7 @@ def test_gold_found_from_the_answer():
 def _answers(lm, record):
     """Generated answer and answer log-likelihood with the gold document at every position."""
     prompts = [docs.render(record, docs.move_gold(record, p)) for p in range(len(record.documents))]
-    texts = lm.generate(prompts, max_new_tokens=6)
+    texts = lm.generate_many(prompts, max_new_tokens=6)
     scores = [s[0].logprob for s in lm.score_many(prompts, [[record.answer]] * len(prompts))]
     return texts, scores
 
@@ -110,7 +110,7 @@ def test_a_batch_of_answers_scores_each_gold_answer_as_the_library_does_alone(sh
     alone = [lm.score(p, [r.answer])[0].logprob for p, r in zip(prompts, rows)]
     assert [lp for _, lp, _, _ in got] == alone
     longest = max(len(lm.response_ids(p, r.answer)) for p, r in zip(prompts, rows))
-    texts = lm.generate(prompts, max_new_tokens=longest + 8, stop=["\n"])
+    texts = lm.generate_many(prompts, max_new_tokens=longest + 8, stop=["\n"])
     assert [t for t, _, _, _ in got] == [t.strip() for t in texts]
 
 

@@ -161,7 +161,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     refuse_a_final_set(prompt, config_from_args(LoadOptions, args))
     lm = load_setllm(args)
     announce(lm, args)
-    text = lm.generate([prompt], config)[0]
+    text = lm.generate(prompt, config)
     said = {"text": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter}
     print(json.dumps(said, ensure_ascii=False) if args.json else text)
     return 0

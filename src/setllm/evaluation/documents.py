@@ -115,7 +115,7 @@ def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    texts = lm.generate(prompts, max_new_tokens=longest + EXTRA_TOKENS, stop=["\n"])
+    texts = lm.generate_many(prompts, max_new_tokens=longest + EXTRA_TOKENS, stop=["\n"])
     logps = [s[0].logprob for s in lm.score_many(prompts, [[r.answer] for r, _, _ in items])]
     seconds = (time.perf_counter() - start) / len(items)
     peak = peak_memory_mb(device)
