@@ -43,12 +43,17 @@ def test_a_cached_reading_equals_a_fresh_one_up_to_rounding(lm):
 
 
 def test_scores_and_text_through_the_cache_equal_the_fresh_reading(lm):
-    fresh = [s.logprob for s in lm.score(prompt(DOCS[:4]), OPTIONS)]
+    """The suffix and the options run as one forward on the cached pieces (the options as one
+    more set): each option's every token as the fresh reading scores it."""
+    request = lm.score_request(prompt(DOCS[:4]), OPTIONS)
+    [fresh] = lm.score_encoded([request])
     text = lm.generate(prompt(DOCS[:4]), max_new_tokens=6)
     store = lm.cache_documents(max_mb=64)
     try:
-        cached = [s.logprob for s in lm.score(prompt(DOCS[:4]), OPTIONS)]
-        assert cached == pytest.approx(fresh, abs=1e-4)
+        [cached] = lm.score_encoded([request])
+        assert [s.logprob for s in cached] == pytest.approx([s.logprob for s in fresh], abs=1e-4)
+        assert [(s.n_tokens, s.greedy) for s in cached] == [(s.n_tokens, s.greedy) for s in fresh]
+        assert store.stats().misses == 5  # the prefix and four elements: the scoring went through the cache
         assert lm.generate(prompt(DOCS[:4]), max_new_tokens=6) == text
         assert store.stats().hits >= 5  # the generation read every piece the scoring computed
     finally:

@@ -7,8 +7,9 @@ the text before its set and on the element itself: computed once, they are the k
 values it has in any set of documents, in any order, behind the same prefix. A prompt
 ``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
 element not cached yet on the prefix's cache alone, every element's cached keys and values
-laid out in the prompt's order, then the suffix on them. Options and generated tokens go on
-from there as after a prefill (:func:`prefill`).
+laid out in the prompt's order, then the suffix on them. Generated tokens go on from there
+as after a prefill (:func:`prefill`); options to score run in the suffix's own forward
+(:func:`score`), so a question over cached documents costs one forward of its own tokens.
 
 What is equal to what:
 
@@ -184,15 +185,11 @@ class _Pieces:
         return cls(range(start), elements, range(end, len(enc)))
 
 
-@torch.no_grad()
-def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, batch=None):
-    """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
-    the next token ``[1, V]``, as :func:`setllm.core.scoring.prefill` gives them for a batch
-    of ``enc`` alone (module docstring: equal up to rounding). ``identity`` names the weights,
-    adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
-    the caller has it."""
+def _pieces_cache(model, variant: Variant, enc: EncodedPrompt, batch, store: DocumentCache, identity: tuple):
+    """The KV cache of ``enc`` up to its suffix (prefix and elements), each piece from ``store``
+    or computed and kept. ``batch``: ``enc`` collated (or ``enc`` followed by more tokens: the
+    pieces' indices are the same)."""
     pieces = _Pieces.of(enc)
-    batch = batch or collate([enc], variant.positions, 0)
     ids, pos, layout = batch.input_ids, batch.position_ids, batch.layout
     prefix_ids = tuple(enc.input_ids[i] for i in pieces.prefix)
     prefix = _piece(store, (*identity, prefix_ids), lambda: _compute(model, variant, ids, pos, layout, [], pieces.prefix)) if prefix_ids else []
@@ -200,21 +197,51 @@ def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, i
     for element in pieces.elements:
         key = (*identity, prefix_ids, tuple(enc.input_ids[i] for i in element))
         parts.append(_piece(store, key, lambda e=element: _compute(model, variant, ids, pos, layout, prefix, e, pieces.prefix)))
-    cache = _cache_of(_joined(parts))
-    tail = list(pieces.suffix)
-    out = forward(model, variant, ids[:, tail], pos[:, tail], layout, cache=cache, logits_to_keep=1)
+    return _cache_of(_joined(parts)), list(pieces.suffix)
+
+
+@torch.no_grad()
+def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, batch=None):
+    """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
+    the next token ``[1, V]``, as :func:`setllm.core.scoring.prefill` gives them for a batch
+    of ``enc`` alone (module docstring: equal up to rounding). ``identity`` names the weights,
+    adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
+    the caller has it."""
+    batch = batch or collate([enc], variant.positions, 0)
+    cache, tail = _pieces_cache(model, variant, enc, batch, store, identity)
+    out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache, logits_to_keep=1)
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
-def score(model, variant: Variant, pad_id: int, enc: EncodedPrompt, store: DocumentCache, identity: tuple,
+@torch.no_grad()
+def score(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple,
           options: Sequence[Sequence[int]]) -> list:
-    """Each option of ``enc`` (token ids) scored after its cached reading
-    (:func:`setllm.core.scoring.options_on_cache`; a cached reading is one request alone, so
-    the driver's fixed row blocks, which would cost more than the few tokens left, are not
-    needed for the same request to be the same bits). One ``TokenScore`` per option, in order."""
-    from .scoring import options_on_cache
+    """Each option of ``enc`` (token ids) scored after its cached reading, the suffix and
+    every option in one forward on the cached pieces: the options follow the prompt as one
+    more set, so under ``sbp`` each reads the whole prompt and none of the others, at the
+    positions a response has (each starts where the prompt ends), exactly as a response row
+    does. One ``TokenScore`` per option, in order (equal to the uncached reading up to
+    rounding, as :func:`prefill`)."""
+    from .scoring import option_scores
 
-    return options_on_cache(model, variant, pad_id, enc, *prefill(model, variant, enc, store, identity), options)
+    asked = _followed_by_set(enc, options)
+    batch = collate([asked], variant.positions, 0)
+    cache, suffix = _pieces_cache(model, variant, enc, batch, store, identity)
+    starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
+    keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
+    tail = suffix + list(range(len(enc), len(asked)))
+    out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache,
+                  logits_to_keep=torch.tensor(keep, device=model.device))
+    logp = out.logits[0].float().log_softmax(-1)
+    return option_scores(logp[:1], logp[1:], options)
+
+
+def _followed_by_set(enc: EncodedPrompt, rows: Sequence[Sequence[int]]) -> EncodedPrompt:
+    """``enc`` with ``rows`` (token ids) after it as the elements of one more set."""
+    new_set = max(enc.set_ids, default=-1) + 1
+    sets = [new_set for r in rows for _ in r]
+    elements = [i for i, r in enumerate(rows) for _ in r]
+    return EncodedPrompt([*enc.input_ids, *(t for r in rows for t in r)], [*enc.set_ids, *sets], [*enc.element_ids, *elements])
 
 
 def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, config,

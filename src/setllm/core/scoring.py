@@ -214,15 +214,15 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
     return _sum_rows(flat, keys, next_logprobs, rest)
 
 
-@torch.no_grad()
-def options_on_cache(model, variant: Variant, pad_id: int, enc: EncodedPrompt, cache, next_logprobs, options) -> list[TokenScore]:
-    """One prompt's ``options`` (token ids) scored on its KV cache and next-token log-probs
-    ``[1, V]``, already made (:func:`setllm.core.doccache.prefill`): its rows run on the
-    cache as :func:`score_requests` runs rows past its first forward, in order. Plain linear
-    layers: the caller reads one request alone, so the same request is the same computation."""
+def option_scores(next_logprobs: torch.Tensor, row_logprobs: torch.Tensor, options) -> list[TokenScore]:
+    """One prompt's ``options`` (token ids) scored off log-probs already computed: its
+    next-token log-probs ``[1, V]`` (each option's first token) and ``row_logprobs
+    [sum(n - 1), V]``, the log-probs after each option's tokens but its last, options in
+    order (:func:`setllm.core.doccache.score` reads them in one forward). One
+    :class:`TokenScore` per option, in order."""
     flat = [(0, tuple(o)) for o in options]
-    rest = _rows_on_cache(model, _Prompts(model, variant, pad_id, [enc]), cache, _longer_rows(flat))
-    scores = _sum_rows(flat, [0], next_logprobs, rest)
+    longer = [row for row in flat if len(row[1]) > 1]
+    scores = _sum_rows(flat, [0], next_logprobs, _row_scores(row_logprobs, longer))
     return [scores[(0, o)] for _, o in flat]
 
 
