@@ -31,6 +31,10 @@
 #                                             documents adapter (research/documents.sh, 3 stages), held-out phrasings
 #   research/general_adapter.sh documents-phrased
 #                                             documents.sh stage4 (both variants), on the held-out phrasings
+#   research/general_adapter.sh documents-sbp
+#                                             documents.sh stages 1-4 under sbp (the cacheable reading), then it,
+#                                             the untrained sbp reading and the shipped documents adapter on the
+#                                             held-out phrasings (general_table.py --paired documents-stage4-sbp,shipped)
 #   research/general_adapter.sh judge NAME ADAPTER VARIANT
 #                                             N_JUDGE (100) UltraFeedback test pairs per subset seed in the held-out
 #                                             judge prompt (in no training mix), read with `mean` (the shipped judge's)
@@ -164,6 +168,21 @@ documents_phrased() {
   done
 }
 
+# The documents recipe under sbp, whose documents' keys and values are reusable across questions
+# (docs/documents.md, "Documents read once"): is the cacheable reading as useful as the shipped
+# setmask-setpe documents adapter? Same data, stages and budget; the shipped adapter is re-read
+# here so that both have per-question predictions on the same rows (paired standard errors).
+documents_sbp() {
+  data
+  local s st docs=${DOCS_RUNS:-runs/documents}
+  for st in stage1 stage2 stage3 stage4; do RUNS=$docs VARIANTS=sbp research/documents.sh "$st"; done
+  for s in 0 1; do
+    documents documents-stage4-sbp "$docs/stage4/sbp" sbp "$s"
+    documents shipped auto setmask-setpe "$s"
+    documents untrained-sbp none sbp "$s"
+  done
+}
+
 # WiSE-FT (Wortsman et al. 2022) on the shipped choose adapter: the base weights plus WISE_SCALE
 # times its trained delta, the paper's untuned middle (0.5), not picked on this grid. Documents
 # are read by the documents adapter on every route, so only the multiple-choice cells are run.
@@ -253,9 +272,10 @@ case "${1:-}" in
   rank-choose) rank_choose choose-rank arc_challenge:100,piqa:400,commonsense_qa:160,social_iqa:160 ;;
   rank-choose-long) rank_choose choose-rank-long arc_challenge:300,piqa:1200,commonsense_qa:480,social_iqa:480 ;;
   documents-phrased) documents_phrased ;;
+  documents-sbp) documents_sbp ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
   judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac
