@@ -73,7 +73,7 @@ def test_the_lm_eval_backend_gives_the_same_bits(library, server):
 
     context = "Question: Which city is the capital of France?\n\nChoices:\n{{Paris\n||Budapest\n||Zurich\n}}Answer:"
     options = [" Paris", " Budapest", " Zurich"]
-    want = [s.logprob for s in library.score(parse_markup(context), [options])[0]]
+    want = [s.logprob for s in library.score(parse_markup(context), options)]
     backend = SetLLMLM().loglikelihood(
         [Instance(request_type="loglikelihood", doc={}, arguments=(context, o), idx=i) for i, o in enumerate(options)], disable_tqdm=True)
     served = server.post("/v1/score", json={"prompt": context, "options": options}).json()["scores"]

@@ -69,7 +69,7 @@ def test_the_trained_score_is_the_mean_readout(variant):
     with torch.no_grad():
         logits, _ = response_logits(lm.model, lm.variant, batch)
         trained = response_logprob(logits, batch["labels"], mean=True)
-    read = candidate_scores(lm.score, [JudgeRow(ROW["instruction"], tuple(ROW["candidates"]))], "mean")[0]
+    read = candidate_scores(lm.score_many, [JudgeRow(ROW["instruction"], tuple(ROW["candidates"]))], "mean")[0]
     want = [read[1], read[0], read[2]]  # the better candidate first, then the others in order
     torch.testing.assert_close(trained, torch.tensor(want), atol=1e-4, rtol=1e-4)
 
