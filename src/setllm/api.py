@@ -351,7 +351,7 @@ class SetLLM:
             if cached is None:
                 return scoring.score_requests(model, self.variant, self.pad_id, requests)
             store, key = cached
-            return [doccache.score(model, self.variant, r.prompt, store, key, r.options) for r in requests]
+            return doccache.score(model, self.variant, requests, store, key)
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:

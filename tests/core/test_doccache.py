@@ -60,6 +60,32 @@ def test_scores_and_text_through_the_cache_equal_the_fresh_reading(lm):
         store.clear()
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_cached_requests_batched_give_each_the_bits_it_gets_alone(lm, wide):
+    """Cached questions share one packed forward (fixed row blocks, a block of attention per
+    request): each request's scores are the bits it gets alone, and the fresh reading's up to
+    rounding; also 128 wide, as the server's batching tests read (tests/serve/conftest.py)."""
+    if wide:
+        lm = SetLLM(tiny_model(lm.model.config.model_type, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=32), tiny_tokenizer(), "sbp")
+    asks = [(prompt(DOCS[:4]), OPTIONS), (prompt(DOCS[2:5]), ["dog"]),
+            (["Other notes:\n", Set(DOCS[1:3]), "Which is red?\nAnswer:"], ["the red one", "none of them at all"])]
+    requests = [lm.score_request(p, o) for p, o in asks]
+    fresh = lm.score_encoded(requests)
+    store = lm.cache_documents(max_mb=64)
+    store.clear()
+    try:
+        together = lm.score_encoded(requests)
+        alone = [lm.score_encoded([r])[0] for r in requests]
+        assert together == alone
+        assert lm.score_encoded(requests[::-1]) == together[::-1]
+        for got, want in zip(together, fresh):
+            assert [s.logprob for s in got] == pytest.approx([s.logprob for s in want], abs=1e-4)
+            assert [s.n_tokens for s in got] == [s.n_tokens for s in want]
+    finally:
+        store.clear()
+
+
 def test_any_order_and_combination_reuses_pieces_and_gives_the_same_bits(lm):
     store = lm.cache_documents(max_mb=64)
     store.clear()

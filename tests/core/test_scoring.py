@@ -67,8 +67,8 @@ def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm
 
 def test_many_prompts_share_one_packed_forward(lm, monkeypatch):
     calls = []
-    real = scoring._packed_forward
-    monkeypatch.setattr(scoring, "_packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    real = scoring.packed_forward
+    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
     reqs = [request(lm, w) for w in range(4)]  # four prompt lengths, two prompt buckets
     run(lm, reqs)
     assert len(calls) == 1  # one forward: the four prompts and, after them, all their option rows
@@ -82,8 +82,8 @@ def test_rows_on_the_cache_score_the_bits_of_rows_in_the_prompts_forward(lm, mon
     reqs = [request(lm, w) for w in range(4)]
     together = run(lm, reqs)
     calls = []
-    real = scoring._packed_forward
-    monkeypatch.setattr(scoring, "_packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    real = scoring.packed_forward
+    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
     monkeypatch.setattr(scoring, "OPTION_TOKENS", 5)
     assert run(lm, reqs) == together and len(calls) > 2
 

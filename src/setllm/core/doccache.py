@@ -44,10 +44,22 @@ from dataclasses import dataclass
 
 import torch
 
+from . import packed_attention
 from .batch import collate
 from .encoding import EncodedPrompt
-from .masks import TokenLayout
-from .runtime import forward, new_cache, output_cache, weights_fingerprint
+from .masks import TokenLayout, render_bool, variant_mask
+from .runtime import fixed_row_linears, forward, new_cache, output_cache, sliding_window, weights_fingerprint
+from .scoring import (
+    HEAD_ROWS,
+    OPTION_BUCKET,
+    PROMPT_BUCKET,
+    WIDE_HEAD_ROWS,
+    WIDE_VOCAB,
+    matmul_rows,
+    option_scores,
+    packed_forward,
+    round_up,
+)
 from .variants import Variant
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
@@ -185,10 +197,11 @@ class _Pieces:
         return cls(range(start), elements, range(end, len(enc)))
 
 
-def _pieces_cache(model, variant: Variant, enc: EncodedPrompt, batch, store: DocumentCache, identity: tuple):
-    """The KV cache of ``enc`` up to its suffix (prefix and elements), each piece from ``store``
-    or computed and kept. ``batch``: ``enc`` collated (or ``enc`` followed by more tokens: the
-    pieces' indices are the same)."""
+def _pieces(model, variant: Variant, enc: EncodedPrompt, batch, store: DocumentCache, identity: tuple) -> tuple[list[Layers], list[int]]:
+    """The keys and values of ``enc`` up to its suffix (the prefix's, then each element's),
+    each piece from ``store`` or computed and kept, and the suffix's token indices.
+    ``batch``: ``enc`` collated (or ``enc`` followed by more tokens: the pieces' indices are
+    the same)."""
     pieces = _Pieces.of(enc)
     ids, pos, layout = batch.input_ids, batch.position_ids, batch.layout
     prefix_ids = tuple(enc.input_ids[i] for i in pieces.prefix)
@@ -197,7 +210,7 @@ def _pieces_cache(model, variant: Variant, enc: EncodedPrompt, batch, store: Doc
     for element in pieces.elements:
         key = (*identity, prefix_ids, tuple(enc.input_ids[i] for i in element))
         parts.append(_piece(store, key, lambda e=element: _compute(model, variant, ids, pos, layout, prefix, e, pieces.prefix)))
-    return _cache_of(_joined(parts)), list(pieces.suffix)
+    return parts, list(pieces.suffix)
 
 
 @torch.no_grad()
@@ -208,32 +221,95 @@ def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, i
     adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
     the caller has it."""
     batch = batch or collate([enc], variant.positions, 0)
-    cache, tail = _pieces_cache(model, variant, enc, batch, store, identity)
+    parts, tail = _pieces(model, variant, enc, batch, store, identity)
+    cache = _cache_of(_joined(parts))
     out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache, logits_to_keep=1)
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
 @torch.no_grad()
-def score(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple,
-          options: Sequence[Sequence[int]]) -> list:
-    """Each option of ``enc`` (token ids) scored after its cached reading, the suffix and
-    every option in one forward on the cached pieces: the options follow the prompt as one
-    more set, so under ``sbp`` each reads the whole prompt and none of the others, at the
-    positions a response has (each starts where the prompt ends), exactly as a response row
-    does. One ``TokenScore`` per option, in order (equal to the uncached reading up to
-    rounding, as :func:`prefill`)."""
-    from .scoring import option_scores
-
-    asked = _followed_by_set(enc, options)
-    batch = collate([asked], variant.positions, 0)
-    cache, suffix = _pieces_cache(model, variant, enc, batch, store, identity)
-    starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
-    keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
-    tail = suffix + list(range(len(enc), len(asked)))
-    out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache,
-                  logits_to_keep=torch.tensor(keep, device=model.device))
+def score(model, variant: Variant, requests: Sequence, store: DocumentCache, identity: tuple) -> list[list]:
+    """Every option of every request (:class:`setllm.core.scoring.ScoreRequest`) scored after
+    its prompt's cached reading, all requests in one packed forward: each request's suffix and
+    options are its tokens of that forward, and attend to its own cached pieces and to
+    themselves only (:mod:`setllm.core.packed_attention`). The options follow the prompt as
+    one more set, so under ``sbp`` each reads the whole prompt and none of the others, at the
+    positions a response has, exactly as a response row does. Linear layers multiply fixed
+    row blocks and each request's attention block has a shape of its own, as in the scoring
+    driver: a request gets the same bits alone or among others. One ``TokenScore`` list per
+    request (equal to the uncached reading up to rounding, as :func:`prefill`)."""
+    asks = [_Ask.of(model, variant, r.prompt, r.options, store, identity) for r in requests]
+    n_cached = sum(a.n_cached for a in asks)
+    blocks, ids, pos, keep, c, t = [], [], [], [], 0, 0
+    for a in asks:
+        blocks.append(a.block(model, variant, c, n_cached + t, t))
+        ids += a.tail_ids
+        pos += a.tail_positions
+        keep += [t + k for k in a.keep]
+        c, t = c + a.n_cached, t + len(a.tail_ids)
+    plan = packed_attention.plan(blocks, t, n_cached + t)
+    cache = _cache_of(_joined([a.pieces for a in asks]))
+    wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
+    with fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS):
+        out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     logp = out.logits[0].float().log_softmax(-1)
-    return option_scores(logp[:1], logp[1:], options)
+    results, at = [], 0
+    for a, r in zip(asks, requests):
+        n = len(a.keep)
+        results.append(option_scores(logp[at : at + 1], logp[at + 1 : at + n], r.options))
+        at += n
+    return results
+
+
+@dataclass
+class _Ask:
+    """One scoring request over cached documents: its prompt's cached pieces (prefix and
+    elements, ``n_cached`` tokens), and its tokens to compute: the suffix, then the options
+    as one more set."""
+
+    asked: EncodedPrompt
+    layout: TokenLayout  # of the whole prompt + options, [1, n_cached + tail]
+    pieces: Layers
+    tail_ids: list[int]
+    tail_positions: list[int]
+    keep: list[int]  # tail indices whose logits are read: the suffix's last, then each option's tokens but its last
+
+    @classmethod
+    def of(cls, model, variant: Variant, enc: EncodedPrompt, options, store: DocumentCache, identity: tuple) -> _Ask:
+        asked = _followed_by_set(enc, options)
+        batch = collate([asked], variant.positions, 0)
+        parts, suffix = _pieces(model, variant, enc, batch, store, identity)
+        n = suffix[0]
+        starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
+        keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
+        return cls(asked, batch.layout, _joined(parts), batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
+
+    @property
+    def n_cached(self) -> int:
+        return self.pieces[0][0].shape[2]
+
+    def block(self, model, variant: Variant, cache_at: int, tail_key_at: int, tail_at: int):
+        """This request's attention block: its tail's queries (at ``tail_at`` in the forward)
+        over its cached keys (at ``cache_at``) and its tail's keys (at ``tail_key_at``), both
+        padded to buckets of their own lengths, so the block's shape is the request's alone."""
+        pad = packed_attention.PAD
+        c, t = self.n_cached, len(self.tail_ids)
+        cp, tp = round_up(c, PROMPT_BUCKET) - c, round_up(t, OPTION_BUCKET) - t
+        queries = [tail_at + j for j in range(t)] + [pad] * tp
+        keys = [pad] * cp + [cache_at + k for k in range(c)] + [tail_key_at + j for j in range(t)] + [pad] * tp
+        layout = _padding(cp).cat(self.layout).cat(_padding(tp))
+        window = sliding_window(model.config)
+
+        def mask(w):
+            return render_bool(variant_mask(variant.mask, layout, w), 1, t + tp, len(keys), q_offset=cp + c)[0, 0]
+
+        return packed_attention.AttentionBlock(queries, keys, mask(None), mask(window) if window is not None else None)
+
+
+def _padding(n: int) -> TokenLayout:
+    """``n`` padding slots of a one-row layout."""
+    none = torch.full((1, n), -1, dtype=torch.long)
+    return TokenLayout(torch.zeros(1, n, dtype=torch.bool), torch.zeros(1, n, dtype=torch.bool), none, none.clone(), torch.zeros(1, n, dtype=torch.long))
 
 
 def _followed_by_set(enc: EncodedPrompt, rows: Sequence[Sequence[int]]) -> EncodedPrompt:

@@ -154,7 +154,7 @@ def _chunks(items, size, limit: int) -> list[list]:
     return out if out[-1] else []
 
 
-def _round_up(n: int, step: int) -> int:
+def round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
@@ -168,7 +168,7 @@ class _Prompts:
         # A long prompt is read on flex attention (its length alone decides), padded to a flex bucket.
         self.flex = [uses_flex(model, len(e)) for e in encs]
         # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
-        self.batches = [collate([e], variant.positions, pad_id, length=padded_length(len(e), model.device) if f else _round_up(len(e), PROMPT_BUCKET))
+        self.batches = [collate([e], variant.positions, pad_id, length=padded_length(len(e), model.device) if f else round_up(len(e), PROMPT_BUCKET))
                         for e, f in zip(encs, self.flex)]
 
     def keys(self, i: int) -> list[int]:
@@ -265,7 +265,7 @@ def _packed_prefill(model, packed: _Prompts, rows):
     r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
     plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
     try:
-        out = _packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
+        out = packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
                               torch.tensor(keep + r_keep))
     finally:
         truncate_cache(cache, packed.total)  # the rows' keys go: later rows see the prompts alone
@@ -279,7 +279,7 @@ def _option_rows(packed: _Prompts, rows, base: int):
     with the rows' token count."""
     ids, pos, segs, keep, start = [], [], [], [], 0
     for i, o in rows:
-        n, length = len(o), _round_up(len(o), OPTION_BUCKET)
+        n, length = len(o), round_up(len(o), OPTION_BUCKET)
         nxt = int(packed.batches[i].next_positions[0])
         ids += o
         pos += (nxt + response_steps(packed.variant.positions, n)).tolist()
@@ -297,7 +297,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
     ids, pos, segs, keep, m = _option_rows(packed, rows, 0)
     plan = packed_attention.plan(segs, m, packed.total + m)
     try:
-        out = _packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
+        out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     finally:
         truncate_cache(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
     return _row_scores(out.logits[0].float().log_softmax(-1), rows)
@@ -317,7 +317,7 @@ def _row_scores(logp: torch.Tensor, rows) -> list[tuple[list[float], list[bool]]
     return result
 
 
-def _packed_forward(model, plan, ids, pos, cache, keep):
+def packed_forward(model, plan, ids, pos, cache, keep):
     """One forward of a packed row under ``plan``, keeping the logits of rows ``keep``."""
     device = model.device
     with packed_attention.blocks_on(model, plan):
