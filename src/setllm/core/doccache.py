@@ -8,8 +8,9 @@ values it has in any set of documents, in any order, behind the same prefix. A p
 ``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
 element not cached yet on the prefix's cache alone, every element's cached keys and values
 laid out in the prompt's order, then the suffix on them. Generated tokens go on from there
-as after a prefill (:func:`prefill`); options to score run in the suffix's own forward
-(:func:`score`), so a question over cached documents costs one forward of its own tokens.
+as after a prefill (:func:`prefill`); options to score run in the suffix's own forward, and
+the questions of many requests in one packed forward (:func:`score`), so a question over
+cached documents costs its own tokens' share of one forward.
 
 What is equal to what:
 
@@ -19,7 +20,9 @@ What is equal to what:
   other kernels (within 1e-5 in fp32: tests/core/test_doccache.py);
 - two cached readings of one set in any order: the same bits, as exact mode sorts the elements
   (the same pieces, the same forwards), and an element's cached keys are the same tensors
-  whatever set it came in.
+  whatever set it came in;
+- a scored request alone and among others: the same bits (:func:`score` packs requests as the
+  scoring driver does: fixed row blocks, an attention block per request).
 
 Prompt-bidirectional variants (``setmask-*``, ``prefix-*``) cannot reuse a document (it sees
 the question), and neither can canonical order or the causal readings (an element sees the
