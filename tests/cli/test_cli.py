@@ -145,7 +145,7 @@ def test_unknown_variant():
 def test_score_needs_options_for_several_sets():
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer())
     with pytest.raises(ValueError, match="it has 2 sets; pass options explicitly"):
-        lm.score([["q", Set(["a", "b"]), "r", Set(["c", "d"])]])
+        lm.score(["q", Set(["a", "b"]), "r", Set(["c", "d"])])
 
 
 def test_choose_a_file_of_questions_resumes_in_input_order(model_dir, capsys, tmp_path):

@@ -59,7 +59,7 @@ def at_root(monkeypatch):
 
 def test_loglikelihood_equals_setllm_scoring(lm, llm):
     got = loglikelihoods(lm, [(CONTEXT, o) for o in OPTIONS])
-    want = llm.score(parse_markup(CONTEXT), [OPTIONS])[0]  # setllm's own: option text + EOS
+    want = llm.score(parse_markup(CONTEXT), OPTIONS)  # setllm's own: option text + EOS
     assert [g[0] for g in got] == [s.logprob for s in want]
 
 
