@@ -51,14 +51,11 @@ from . import packed_attention
 from .batch import collate
 from .encoding import EncodedPrompt
 from .masks import TokenLayout, render_bool, variant_mask
-from .runtime import fixed_row_linears, forward, new_cache, output_cache, sliding_window, weights_fingerprint
+from .runtime import forward, new_cache, output_cache, sliding_window, weights_fingerprint
 from .scoring import (
-    HEAD_ROWS,
     OPTION_BUCKET,
     PROMPT_BUCKET,
-    WIDE_HEAD_ROWS,
-    WIDE_VOCAB,
-    matmul_rows,
+    fixed_rows,
     option_scores,
     packed_forward,
     round_up,
@@ -252,8 +249,7 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, ide
         c, t = c + a.n_cached, t + len(a.tail_ids)
     plan = packed_attention.plan(blocks, t, n_cached + t)
     cache = _cache_of(_joined([a.pieces for a in asks]))
-    wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
-    with fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS):
+    with fixed_rows(model):
         out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     logp = out.logits[0].float().log_softmax(-1)
     results, at = [], 0
@@ -270,7 +266,6 @@ class _Ask:
     elements, ``n_cached`` tokens), and its tokens to compute: the suffix, then the options
     as one more set."""
 
-    asked: EncodedPrompt
     layout: TokenLayout  # of the whole prompt + options, [1, n_cached + tail]
     pieces: Layers
     tail_ids: list[int]
@@ -285,7 +280,7 @@ class _Ask:
         n = suffix[0]
         starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
         keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
-        return cls(asked, batch.layout, _joined(parts), batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
+        return cls(batch.layout, _joined(parts), batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
 
     @property
     def n_cached(self) -> int:

@@ -199,6 +199,13 @@ def matmul_rows(model) -> int:
     return DEVICE_MATMUL_ROWS.get(model.device.type, MATMUL_ROWS)
 
 
+def fixed_rows(model):
+    """The row blocks of a packed scoring forward: every linear layer's for the device, the
+    output head's by the width of its vocabulary (:func:`setllm.core.runtime.fixed_row_linears`)."""
+    wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
+    return fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS)
+
+
 def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
     """``encs`` and their option rows: the prompts and the first rows in one packed forward,
     any further rows on its cache, packed, in forwards of at most :data:`OPTION_TOKENS`."""
@@ -207,8 +214,7 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
         check_fits(model.config, len(e), int(packed.batches[i].next_positions[0]), variant.positions, max(map(len, options[i])), "longest option")
     flat = [(i, o) for i, opts in enumerate(options) for o in opts]
     chunks = _longer_rows(flat)
-    wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
-    with fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS):
+    with fixed_rows(model):
         cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
         rest += _rows_on_cache(model, packed, cache, chunks[1:])
     return _sum_rows(flat, keys, next_logprobs, rest)
