@@ -48,9 +48,9 @@ from dataclasses import dataclass
 import torch
 
 from . import packed_attention
-from .batch import collate
+from .batch import collate, continuation_layout
 from .encoding import EncodedPrompt
-from .masks import TokenLayout, render_bool, variant_mask
+from .masks import TokenLayout
 from .runtime import forward, new_cache, output_cache, sliding_window, weights_fingerprint
 from .scoring import (
     OPTION_BUCKET,
@@ -296,18 +296,12 @@ class _Ask:
         queries = [tail_at + j for j in range(t)] + [pad] * tp
         keys = [pad] * cp + [cache_at + k for k in range(c)] + [tail_key_at + j for j in range(t)] + [pad] * tp
         layout = _padding(cp).cat(self.layout).cat(_padding(tp))
-        window = sliding_window(model.config)
-
-        def mask(w):
-            return render_bool(variant_mask(variant.mask, layout, w), 1, t + tp, len(keys), q_offset=cp + c)[0, 0]
-
-        return packed_attention.AttentionBlock(queries, keys, mask(None), mask(window) if window is not None else None)
+        return packed_attention.dense_block(queries, keys, variant.mask, layout, sliding_window(model.config))
 
 
 def _padding(n: int) -> TokenLayout:
-    """``n`` padding slots of a one-row layout."""
-    none = torch.full((1, n), -1, dtype=torch.long)
-    return TokenLayout(torch.zeros(1, n, dtype=torch.bool), torch.zeros(1, n, dtype=torch.bool), none, none.clone(), torch.zeros(1, n, dtype=torch.long))
+    """``n`` padding slots of a one-row layout (the driver pads its option rows alike)."""
+    return continuation_layout(torch.zeros(1, n, dtype=torch.bool), torch.zeros(1, n, dtype=torch.long))
 
 
 def _followed_by_set(enc: EncodedPrompt, rows: Sequence[Sequence[int]]) -> EncodedPrompt:

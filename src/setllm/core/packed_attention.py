@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import flex
-from .masks import TokenLayout
+from .masks import TokenLayout, render_bool, variant_mask
 from .runtime import attention_implementation
 from .variants import MaskKind
 
@@ -60,6 +60,18 @@ class AttentionBlock:
     mask: torch.Tensor | None
     windowed: torch.Tensor | None = None
     flex: FlexMask | None = None
+
+
+def dense_block(queries: Sequence[int], keys: Sequence[int], kind: MaskKind, layout: TokenLayout, window: int | None) -> AttentionBlock:
+    """A block with dense masks: ``kind``'s mask over ``layout [1, K]`` (one slot per key),
+    the queries being its last ``len(queries)`` slots, and the same within the model's
+    sliding ``window`` (None: no window)."""
+    q_len, n = len(queries), layout.shape[1]
+
+    def mask(w):
+        return render_bool(variant_mask(kind, layout, w), 1, q_len, n, q_offset=n - q_len)[0, 0]
+
+    return AttentionBlock(queries, keys, mask(None), mask(window) if window is not None else None)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ from . import packed_attention
 from .batch import Batch, collate, continuation_layout, response_steps
 from .encoding import EncodedPrompt
 from .flex import padded_length
-from .masks import render_bool, variant_mask
 from .runtime import (
     cache_kwarg,
     check_fits,
@@ -179,19 +178,13 @@ class _Prompts:
     def block(self, i: int, queries: list[int], keys: list[int], response: torch.Tensor | None = None) -> packed_attention.AttentionBlock:
         """Prompt ``i``'s attention block (``response``: a ``[L]`` valid flag, for a response
         after it), with its masks read off the prompt's own layout."""
-        layout, q_len = self.batches[i].layout, None
+        layout = self.batches[i].layout
         if response is not None:
             positions = self.batches[i].next_positions[0] + response_steps(self.variant.positions, len(response))
-            q_len, layout = len(response), layout.cat(continuation_layout(response[None], positions[None]))
-        n = layout.shape[1]
+            layout = layout.cat(continuation_layout(response[None], positions[None]))
         if response is None and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
             return packed_attention.AttentionBlock(queries, keys, None, None, packed_attention.FlexMask(self.variant.mask, layout, self.window))
-        q_len = q_len or n
-
-        def mask(window):
-            return render_bool(variant_mask(self.variant.mask, layout, window), 1, q_len, n, q_offset=n - q_len)[0, 0]
-
-        return packed_attention.AttentionBlock(queries, keys, mask(None), mask(self.window) if self.window is not None else None)
+        return packed_attention.dense_block(queries, keys, self.variant.mask, layout, self.window)
 
 
 def matmul_rows(model) -> int:
@@ -216,7 +209,8 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
     chunks = _longer_rows(flat)
     with fixed_rows(model):
         cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
-        rest += _rows_on_cache(model, packed, cache, chunks[1:])
+        for chunk in chunks[1:]:
+            rest += _packed_options(model, packed, cache, chunk)
     return _sum_rows(flat, keys, next_logprobs, rest)
 
 
@@ -236,10 +230,6 @@ def _longer_rows(flat) -> list[list]:
     """Rows of more than one token (the first is read off the prompt's last position), in
     forwards of at most :data:`OPTION_TOKENS`."""
     return _chunks([row for row in flat if len(row[1]) > 1], lambda row: len(row[1]), OPTION_TOKENS)
-
-
-def _rows_on_cache(model, packed: _Prompts, cache, chunks) -> list[tuple[list[float], list[bool]]]:
-    return [scored for chunk in chunks for scored in _packed_options(model, packed, cache, chunk)]
 
 
 def _sum_rows(flat, keys, next_logprobs, rest) -> dict:
