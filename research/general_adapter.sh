@@ -31,6 +31,11 @@
 #                                             documents adapter (research/documents.sh, 3 stages), held-out phrasings
 #   research/general_adapter.sh documents-phrased
 #                                             documents.sh stage4 (both variants), on the held-out phrasings
+#   research/general_adapter.sh documents-sbp-shipped
+#                                             the shipped documents adapter read under sbp as it is, then
+#                                             continued under sbp on documents.sh's stage-4 rows (from it, not
+#                                             from the base), both on the held-out phrasings beside the shipped
+#                                             reading and untrained sbp (general_table.py --paired sbp-from-shipped,shipped)
 #   research/general_adapter.sh documents-sbp
 #                                             documents.sh stages 1-4 under sbp (the cacheable reading), then it,
 #                                             the untrained sbp reading and the shipped documents adapter on the
@@ -183,6 +188,29 @@ documents_sbp() {
   done
 }
 
+# The cacheable reading from the shipped documents adapter instead of from the base model: the
+# shipped adapter read under sbp unchanged (its documents no longer see each other's earlier
+# tokens, nor the question), then SBP_STEPS more steps under sbp on the stage-4 rows it was
+# last trained on, at the stage's learning rate. Same held-out rows and readings as documents-sbp.
+documents_sbp_shipped() {
+  data
+  local s docs=${DOCS_RUNS:-runs/documents} shipped=src/setllm/adapters/smollm2-135m-documents
+  local out=$RUNS/adapters/documents-sbp-from-shipped
+  RUNS=$docs research/documents.sh data
+  for s in 0 1; do documents shipped-read-sbp "$shipped" sbp "$s"; done
+  if [ ! -f "$out/adapter_model.safetensors" ]; then
+    local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+    run setllm train --data "$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" --variant sbp \
+      --init-adapter "$shipped" --max-length 640 --lr "${SBP_LR:-1e-3}" --batch-size 8 --epochs 1 --limit 200 --seed 42 \
+      --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}"
+  fi
+  for s in 0 1; do
+    documents sbp-from-shipped "$out" sbp "$s"
+    documents shipped auto setmask-setpe "$s"
+    documents untrained-sbp none sbp "$s"
+  done
+}
+
 # WiSE-FT (Wortsman et al. 2022) on the shipped choose adapter: the base weights plus WISE_SCALE
 # times its trained delta, the paper's untuned middle (0.5), not picked on this grid. Documents
 # are read by the documents adapter on every route, so only the multiple-choice cells are run.
@@ -273,9 +301,10 @@ case "${1:-}" in
   rank-choose-long) rank_choose choose-rank-long arc_challenge:300,piqa:1200,commonsense_qa:480,social_iqa:480 ;;
   documents-phrased) documents_phrased ;;
   documents-sbp) documents_sbp ;;
+  documents-sbp-shipped) documents_sbp_shipped ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
   judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac
