@@ -177,6 +177,32 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     assert [t for t in tokens[1] if t] and [t for t in tokens[1] if t][-1] == [t for t in tokens[0] if t][-1]
 
 
+def rows_of_varied_length(path: Path, n: int) -> str:
+    """``n`` prompt/response rows of different lengths (so group_by_length has groups to make)."""
+    words = ["red", "green", "blue", "cyan", "plum", "gold", "grey", "pink"]
+    with path.open("w") as f:
+        for i in range(n):
+            items = [f"{words[(i + j) % 8]} {j}\n" for j in range(2 + i % 5)]
+            f.write(json.dumps({"prompt": [f"Pick {i}:\n", {"set": items}, "Answer:"], "response": words[i % 8] * (1 + i % 3)}) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("strategy", ["group_by_length", "random"])
+def test_resume_mid_second_epoch_equals_uninterrupted_run(tmp_path, strategy):
+    """Every epoch's data order is restored, not only the first's: killed after the checkpoint
+    at step 12 (8 steps an epoch: the middle of the second), the resumed run ends with the
+    uninterrupted run's adapter, bit for bit."""
+    data = rows_of_varied_length(tmp_path / "rows.jsonl", 64)
+    kw = dict(data=data, max_steps=20, per_device_train_batch_size=8, save_steps=4, save_total_limit=None, logging_steps=4,
+              train_sampling_strategy=strategy)
+    train(config(tmp_path / "a", **kw), model=tiny_model(), tokenizer=tiny_tokenizer())
+    train(config(tmp_path / "b", **kw), callbacks=[StopAt(12)], model=tiny_model(), tokenizer=tiny_tokenizer())
+    torch.manual_seed(123)  # a fresh process: another global RNG state
+    train(config(tmp_path / "b", resume=True, **kw), model=tiny_model(), tokenizer=tiny_tokenizer())
+    a, b = load_file(tmp_path / "a" / "adapter_model.safetensors"), load_file(tmp_path / "b" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_resume_keeps_counting_tokens_when_nothing_was_logged_since_the_checkpoint(tmp_path):
     sparse = dict(logging_steps=5, save_steps=2)  # a kill after step 4: the checkpoint's count is the only record
     train(config(tmp_path / "a", **sparse), model=tiny_model(), tokenizer=tiny_tokenizer())

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..core.runtime import forward
@@ -169,15 +170,17 @@ class SetLLMTrainer(Trainer):
         return super()._run_epoch(*args, **kwargs)
 
     def _get_train_sampler(self, train_dataset=None):
-        """The Trainer's sampler, except that ``group_by_length`` groups by the *global* batch
-        (all ranks): the ranks' slices of one step are then exactly the one-process batch, so
-        N processes train on the same examples per step as one process with N times the batch."""
-        if self.args.train_sampling_strategy != "group_by_length" or self.args.world_size == 1:
-            return super()._get_train_sampler(train_dataset)
-        from transformers.trainer_pt_utils import LengthGroupedSampler
-
-        dataset = train_dataset if train_dataset is not None else self.train_dataset
-        return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size, dataset=dataset)
+        """The Trainer's sampler, except for ``group_by_length``: an :class:`EpochLengthSampler`
+        (each epoch's order a function of the seed and the epoch alone, so ``--resume`` restores
+        it from any step), grouping by the *global* batch (all ranks): the ranks' slices of one
+        step are then exactly the one-process batch, so N processes train on the same examples
+        per step as one process with N times the batch."""
+        sampler = super()._get_train_sampler(train_dataset)
+        if self.args.train_sampling_strategy != "group_by_length" or sampler is None:
+            return sampler
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+        return EpochLengthSampler(batch, lengths=sampler.lengths, seed=seed)
 
     def count_tokens(self) -> int:
         """Update ``tokens_seen`` from every rank's count (a collective: all ranks call it)."""
@@ -193,6 +196,28 @@ class SetLLMTrainer(Trainer):
             logs["tokens_per_s"] = round((self.tokens_seen - self._tokens_at_log) / max(now - self._time_at_log, 1e-9), 1)
             self._tokens_at_log, self._time_at_log = self.tokens_seen, now
         super().log(logs, start_time)
+
+
+class EpochLengthSampler(LengthGroupedSampler):
+    """transformers' length-grouped order, drawn from a generator seeded with ``seed + epoch``.
+
+    The Trainer's sampler draws from the global RNG when its epoch starts. A run resumed in
+    the middle of epoch e > 0 starts that epoch with the RNG of a fresh process, not the one
+    the uninterrupted run had after e epochs of training, so its remaining batches differed.
+    Here the order depends on nothing but the seed and the epoch (as accelerate's seedable
+    random sampler does for ``random``); the Trainer calls :meth:`set_epoch` every epoch."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
 
 
 class TokenClock(TrainerCallback):
