@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -42,6 +43,7 @@ from .readouts import JudgeRow, candidate_scores, trained_readout
 from .sharing import model_lock
 from .tasks.documents import documents_prompt
 
+DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
 
 
@@ -96,7 +98,7 @@ class SetLLM:
     def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
-                            ("_switch", switch), ("_lock", model_lock(model))):
+                            ("_switch", switch), ("_lock", model_lock(model)), ("_documents", None)):
             object.__setattr__(self, name, value)
 
     @contextmanager
@@ -144,8 +146,11 @@ class SetLLM:
         model, adapter, info = options.sources(kind)
         net, tok = load_as(options, model, adapter)
         read = info.reading(variant=options.variant, **options.reading())
-        return cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
-                   allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))
+        lm = cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
+                 allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))
+        if options.adapter_path(DOCUMENTS) != adapter:  # "auto" means another adapter for documents
+            object.__setattr__(lm, "_documents", _DocumentsReading(options, lm.options, progress))
+        return lm
 
     # -- views --------------------------------------------------------------------------
     @property
@@ -188,6 +193,7 @@ class SetLLM:
     def _view(self, options: ReadOptions, switch) -> SetLLM:
         view = object.__new__(SetLLM)
         view._init(self.model, self.tokenizer, options, self.origin, switch)
+        object.__setattr__(view, "_documents", self._documents)
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:
@@ -304,13 +310,22 @@ class SetLLM:
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
         """Answer ``question`` from ``documents`` read as one set (greedy, up to a newline;
         see :mod:`setllm.tasks.documents`): under an invariant variant their order cannot
-        change the answer."""
+        change the answer.
+
+        Read with the adapter trained for documents where ``adapter="auto"`` chose it: a model
+        loaded with ``adapter="auto"`` for another kind of task (``from_pretrained()``: the
+        choose adapter, which makes facts up from documents) answers with the shipped
+        documents adapter, loaded once beside it on the first call (said once), as ``setllm
+        eval --dataset documents``, ``setllm answer`` and the playground read documents.
+        ``from_pretrained(kind="documents")`` loads that one alone; a view with other reading
+        options, or an adapter named, answers as it is."""
         docs = option_list(documents, "documents")
         if not docs:
             raise InputError("documents: answering needs at least one document, got none")
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question must be non-empty text, got {question!r}")
-        return self.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
+        reader = self._documents.get() if self._documents is not None and self._documents.read_as == self.options else self
+        return reader.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
 
     # -- generate -----------------------------------------------------------------------
     def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
@@ -440,6 +455,27 @@ class SetLLM:
     def __repr__(self) -> str:
         o = self.options
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+class _DocumentsReading:
+    """The reading :meth:`SetLLM.answer` uses for a model that ``adapter="auto"`` loaded for
+    another kind of task: the same :class:`LoadOptions` loaded for documents (the one rule,
+    :meth:`LoadOptions.adapter_path`, that picks ``setllm eval --dataset documents``'s
+    adapter), once, on the first answer. ``read_as``: the reading of the model as loaded; a
+    view read otherwise answers as it is."""
+
+    def __init__(self, options: LoadOptions, read_as: ReadOptions, progress: bool):
+        self.options, self.read_as, self.progress = options, read_as, progress
+        self._lm: SetLLM | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> SetLLM:
+        with self._lock:
+            if self._lm is None:
+                self._lm = SetLLM.load(self.options, DOCUMENTS, self.progress)
+                _say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
+                          f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
+            return self._lm
 
 
 # transformers' generate() names: those that map onto GenerationConfig, and how.

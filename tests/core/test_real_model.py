@@ -197,3 +197,34 @@ def test_shipped_documents_adapter_answers_held_out_phrasings_in_any_order():
         assert len(answers) == 1, (row["phrasing"], answers)
         right += exact_match(answers.pop(), row["answer"])
     assert right >= 3, right
+
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def readme_documents_example() -> tuple[list[str], str, str]:
+    """The README's documents example: its documents, its question and the answer its comment names."""
+    import ast
+    import re
+
+    text = README.read_text()
+    docs = ast.literal_eval(re.search(r"^docs = (\[.*\])$", text, re.M).group(1))
+    question, answer = re.search(r"^lm\.answer\(docs, (\".*?\")\)\s+# '(.*?)'", text, re.M).groups()
+    return docs, ast.literal_eval(question), answer
+
+
+def test_the_readme_documents_example_answers_right_in_any_order(lm):
+    docs, question, answer = readme_documents_example()
+    assert {lm.answer(docs[i:] + docs[:i], question) for i in range(len(docs))} == {answer}
+
+
+def test_the_default_answer_reads_documents_with_the_documents_adapter(lm):
+    """``from_pretrained()`` loads the choose adapter; ``answer`` reads with the documents one
+    (the choose adapter echoes the question or names another document's fact here)."""
+    from setllm.api import default_adapter
+
+    docs, _, _ = readme_documents_example()
+    for question, answer in [("When does the backup server run?", "2 am"), ("What is the office wifi password?", "maple-77")]:
+        assert lm.answer(docs, question) == answer
+    assert lm.origin.adapter == default_adapter("choose")  # the model as loaded is untouched
+    assert SetLLM.from_pretrained(adapter=default_adapter("choose")).answer(docs, "When does the backup server run?") != "2 am"
