@@ -19,6 +19,7 @@ from .common import LightParser, apply_config_file, catch_interrupts, parser_cla
 COMMANDS = {
     "choose": ("setllm.cli.infer", "answer a multiple-choice question, options as a set"),
     "generate": ("setllm.cli.infer", "generate a response to a set prompt"),
+    "answer": ("setllm.cli.answer", "answer a question from documents read as a set"),
     "judge": ("setllm.cli.judge", "judge candidate responses as a set: no order or label bias"),
     "serve": ("setllm.cli.serve", "serve the model over HTTP: choose, score, generate, OpenAI-style completions"),
     "demo": ("setllm.cli.infer", "show the base model's order sensitivity next to Set-LLM's invariance"),

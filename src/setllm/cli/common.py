@@ -253,7 +253,7 @@ def describe(lm, kind: str = "choose", readout: str | None = None) -> str:
 
 
 def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple[str, ...], verb: str, kind: str = "choose",
-                 settings: dict | None = None, fit=None) -> int:
+                 settings: dict | None = None, fit=None, positional: tuple[str, ...] = ("question", "instruction")) -> int:
     """``--input rows.jsonl --output out.jsonl`` for a command that maps rows to rows: every
     row checked, the output checked against the input and writable before the model loads
     (and no model loads when nothing is left); then every row left checked against the
@@ -261,11 +261,12 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
     does not fit: an error, or skipped with ``--skip-bad``) before anything is written; then
     batched, resumable, in input order (:mod:`setllm.io.jsonl_job`). ``settings``: what else an
     answer depends on, as this run resolved it (an answer under other settings, or by another
-    model, is refused, never resumed). ``make_answer(lm, rows)`` returns the batch function."""
+    model, is refused, never resumed). ``make_answer(lm, rows)`` returns the batch function.
+    ``single``: the arguments of one question (an error with ``--input``), ``positional`` among them."""
     from ..io import jsonl_job
 
     if not (args.input and args.output) or any(getattr(args, name) for name in single):
-        flags = " or ".join(name.upper() if name in ("question", "instruction") else f"--{name}" for name in single)
+        flags = " or ".join(name.upper() if name in positional else f"--{name}" for name in single)
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
     read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, warn=False)
     jsonl_job.check_output(args.output, args.input)
@@ -319,11 +320,11 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
         try:  # the fit rule the scoring driver applies (setllm.core.runtime.check_fits)
             lm.score_request(prompt, responses)
         except PromptError as e:
-            hint = f"; {_longest_part(lm, parts)}" if isinstance(e, PromptTooLong) else ""
+            hint = f"; {longest_part(lm, parts)}" if isinstance(e, PromptTooLong) else ""
             raise DataError(f"{row['where']} (id {row['id']!r}): {e}{hint}") from None
 
 
-def _longest_part(lm, parts: dict) -> str:
+def longest_part(lm, parts: dict) -> str:
     """Which part of a row to shorten: the one of most tokens (a list counts all its texts)."""
     def tokens(value) -> int:
         texts = [value] if isinstance(value, str) else list(value or ())

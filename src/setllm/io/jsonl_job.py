@@ -11,7 +11,7 @@ refused rather than handed back as if it answered these, and so are answers by a
 (another adapter, variant or reading), answers under other settings (named) and an output
 that is the input file itself; ``overwrite`` starts over.
 
-Used by ``setllm choose --input`` and ``setllm judge --input`` (any command that maps rows to rows).
+Used by ``setllm choose --input``, ``setllm judge --input`` and ``setllm answer --input`` (any command that maps rows to rows).
 """
 
 from __future__ import annotations

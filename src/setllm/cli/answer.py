@@ -1,0 +1,106 @@
+"""``setllm answer``: answer a question from documents read as one set (order-invariant).
+
+One question: ``setllm answer --documents notes.txt "Lena leads billing." --question "Who leads billing?"``
+(each FILE is one document, its whole text; any other argument is a document's text).
+Many: ``setllm answer --input rows.jsonl --output answers.jsonl`` (rows ``{"id"?, "documents":
+[...], "question"}``, as ``setllm eval --dataset documents`` reads them, ``answer`` and
+``gold`` not needed; answers ``{"id", "answer"}`` in input order; a rerun with the same
+``--output`` skips the rows already answered). With no ``--adapter`` the embedded model reads
+with its shipped documents adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import InputError
+from ..loading.options import LoadOptions
+from .common import add_command, add_file_job_flags, announce, load_setllm, plain_help, run_file_job
+
+KIND = "documents"  # the shipped adapter `--adapter auto` reads documents with
+
+
+def add_parser(sub, name: str = "answer"):
+    p = add_command(sub, "answer", [LoadOptions], help="answer a question from documents read as a set",
+                    description=plain_help(__doc__.split("\n\n")[1]))
+    p.add_argument("--documents", nargs="+", metavar="FILE|TEXT",
+                   help="the documents, read as one set: a file is one document (its text), anything else is a document's text")
+    p.add_argument("--question", metavar="TEXT", help="the question the documents answer")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="the longest answer, in tokens (greedy, up to a newline)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_file_job_flags(p, 'JSONL of {"id"?, "documents": [...], "question"}; answers go to --output',
+                       'JSONL of {"id", "answer", "row", "by"} in input order')
+    p.set_defaults(func=cmd_answer)
+    return p
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    if args.input or args.output:
+        return _answer_file(args)
+    if not args.documents or args.question is None:
+        raise InputError("pass --documents FILE|TEXT... and --question TEXT, or --input FILE.jsonl --output FILE.jsonl")
+    documents = [_document(d, f"--documents[{i}]") for i, d in enumerate(args.documents)]  # before the model loads
+    if not args.question.strip():
+        raise InputError("--question must be non-empty text")
+    lm = load_setllm(args, kind=KIND)
+    announce(lm, args, KIND)
+    text = lm.answer(documents, args.question, args.max_new_tokens)
+    if args.json:
+        print(json.dumps({"answer": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter},
+                         ensure_ascii=False))
+    else:
+        print(text)
+    return 0
+
+
+def _document(arg: str, where: str) -> str:
+    """A file's text, or the argument itself; never empty."""
+    path = Path(arg)
+    if path.is_file():
+        from ..io.files import read_text
+
+        arg = read_text(str(path), "document")
+    if not arg.strip():
+        raise InputError(f"{where}: a document must be non-empty text" + (f" ({path} is empty)" if path.is_file() else ""))
+    return arg
+
+
+def _answer_file(args: argparse.Namespace) -> int:
+    from ..tasks.documents import documents_prompt
+
+    def make_answer(lm, rows):
+        def answer(batch):
+            texts = lm.generate_many([documents_prompt(r["documents"], r["question"]) for r in batch],
+                                     max_new_tokens=args.max_new_tokens, stop=["\n"])
+            return [{"id": r["id"], "answer": t.strip()} for r, t in zip(batch, texts)]
+
+        return answer
+
+    def fit(lm, row):
+        """A row whose prompt with the longest answer does not fit the model is named, with the part to shorten."""
+        from ..core.prompt import PromptError, PromptTooLong
+        from ..io.records import DataError
+        from .common import longest_part
+
+        try:
+            lm.codec.check_fits(lm.encode(documents_prompt(row["documents"], row["question"])), args.max_new_tokens, "answer")
+        except PromptError as e:
+            hint = f"; {longest_part(lm, {'documents': row['documents'], 'question': row['question']})}" if isinstance(e, PromptTooLong) else ""
+            raise DataError(f"{row['where']} (id {row['id']!r}): {e}{hint}") from None
+
+    return run_file_job(args, _answer_row, make_answer, ("documents", "question"), "answered", kind=KIND,
+                        positional=(), settings={"max_new_tokens": args.max_new_tokens}, fit=fit)
+
+
+def _answer_row(obj: object, where: str) -> dict:
+    from ..tasks.documents import parse_row
+
+    # Answering needs no answer (a row's answer and gold, if any, are for `setllm eval --dataset documents`).
+    if isinstance(obj, dict):
+        obj = {**obj, "answer": "-", "gold": 0}
+    record = parse_row(obj, where)
+    return {"documents": list(record.documents), "question": record.question, "where": where}
