@@ -6,7 +6,9 @@ STAMP := $(VENV)/.setup-done
 
 .PHONY: setup browser demo test test-fast lint bench clean
 
-setup: $(STAMP) browser
+# `setup` is the virtual environment alone: `demo` installs nothing outside it; `test` adds
+# the browser its playground test drives.
+setup: $(STAMP)
 
 # The playground's browser test drives Debian's headless Chromium (chromium + chromium-driver,
 # from apt: as root, or through sudo without a password). Where neither works that one test
@@ -33,7 +35,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/setllm demo
 
-test: setup
+test: setup browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 lint: setup
