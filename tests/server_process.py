@@ -15,11 +15,13 @@ import urllib.request
 START_TIMEOUT_S = 180
 
 
-def _wait_for_batching_verdict(url: str, deadline: float) -> None:
+def _wait_for_batching_verdict(url: str, deadline: float, key: str | None = None) -> None:
     """Until the server's batching check (run in the background on a first start) has its
-    verdict: tests see the server as it serves once started, not while it checks."""
+    verdict: tests see the server as it serves once started, not while it checks. ``key``:
+    the server's ``--api-key`` (without it /health names only its status)."""
+    headers = {"authorization": f"Bearer {key}"} if key else {}
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(url + "/health", timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(url + "/health", headers=headers), timeout=10) as r:
             if "until" not in json.load(r)["batching"]:
                 return
         time.sleep(0.05)
@@ -42,7 +44,8 @@ def serve_process(*flags: str, cwd=None):
         port = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(loopback only", "".join(lines))
         assert port, "".join(lines)
         url = f"http://127.0.0.1:{port.group(1)}"
-        _wait_for_batching_verdict(url, deadline)
+        key = flags[flags.index("--api-key") + 1] if "--api-key" in flags else None
+        _wait_for_batching_verdict(url, deadline, key)
         yield proc, url
     finally:
         if proc.poll() is None:

@@ -36,6 +36,18 @@ def test_every_route_but_health_and_the_page_needs_the_key(lm):
         assert client.get("/metrics", headers={"authorization": f"bearer {KEY}"}).status_code == 200  # the scheme in any case
 
 
+def test_health_without_the_key_names_nothing_served(lm):
+    """An open /health (a load balancer's probe) says only that the server is up and needs a
+    key; the model, adapter folders (absolute paths on the server's disk) and the rest come with it."""
+    with serving(lm, api_key=KEY) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            assert client.get("/health", headers=headers).json() == {"status": "ok", "api_key": True}
+        full = client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).json()
+        assert {"model", "adapter", "adapters", "judge_adapter", "variant", "queued"} <= set(full) and full["status"] == "ok"
+    with serving(lm) as client:  # no key: everything, to anyone the server answers
+        assert set(client.get("/health").json()) == set(full)
+
+
 def test_without_a_key_nothing_changes(lm):
     with serving(lm) as client:
         assert client.get("/health").json()["api_key"] is False

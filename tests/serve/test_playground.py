@@ -104,6 +104,7 @@ def test_the_page_asks_for_the_key_once(model_dir):
         driver.get(url + "/")
         wait_for(driver, "#keybox", 60)
         assert driver.switch_to.active_element == by_id(driver, "key")  # focus goes to the key
+        assert by_id(driver, "server").text == "This server needs an API key."  # /health without the key names nothing served
         by_id(driver, "key").send_keys("wrong")
         by_id(driver, "usekey").click()
         ask(driver, "Which is a fruit?", ["apple", "dog"])
@@ -113,6 +114,7 @@ def test_the_page_asks_for_the_key_once(model_dir):
         by_id(driver, "key").clear()
         by_id(driver, "key").send_keys(key)
         by_id(driver, "usekey").click()
+        wait_for(driver, "#server", 60, "Model ")  # with the key, /health names the model
         by_id(driver, "run").click()
         _, expected = post(url, "/v1/choose", {"question": "Which is a fruit?", "options": ["apple", "dog"]}, key)
         assert wait_for(driver, "#answer", 120).text == expected["answer"]

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from ..core.generation import GenerationConfig
 from ..policy import option_list
 from ..tasks.documents import documents_prompt
+from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
     ERRORS,
@@ -80,9 +81,10 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
 
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
-    """200 while serving, 503 while shutting down (so a load balancer stops sending)."""
+    """200 while serving, 503 while shutting down (so a load balancer stops sending). Under
+    ``--api-key``, without the key: the status and that a key is needed, nothing of what is served."""
     service = service_of(request)
-    body = service.health()
+    body = service.health(full=authorized(request.headers.get("authorization"), service.config.api_key))
     if service.draining:
         return JSONResponse({"error": "server is shutting down", **body}, status_code=503, headers={"Retry-After": "1"})
     return JSONResponse(body)

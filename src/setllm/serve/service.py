@@ -219,7 +219,11 @@ class Service:
             raise Unprocessable(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
 
     # -- reporting --------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self, full: bool = True) -> dict[str, Any]:
+        """What ``/health`` says: everything, or (``full=False``: a request without the key of
+        ``--api-key``) only the status and that a key is needed."""
+        if not full:
+            return {"status": "draining" if self.draining else "ok", "api_key": True}
         o = self.lm.origin
         return {"status": "draining" if self.draining else "ok", "model": self.model_name, "adapter": o.adapter,
                 "judge_adapter": self.judge_lm.origin.adapter, "adapters": {n: m.origin.adapter for n, m in self.adapters.items()},
