@@ -78,6 +78,23 @@ def test_completions_has_the_openai_shape(lm):
     assert choice["finish_reason"] == ("length" if usage["completion_tokens"] == 5 else "stop")
 
 
+
+def test_unknown_fields_are_ignored_by_the_openai_routes_and_named_but_refused_by_setllms(lm):
+    """OpenAI's clients send fields newer than a server (``stream_options``, ``store``, ...):
+    the OpenAI routes answer as without them and name them in a header; setllm's own routes,
+    whose clients are setllm's, refuse an unknown field with a 422 naming it."""
+    extra = {"store": False, "metadata": {"run": "1"}, "stream_options": None}
+    completion = {"prompt": MARKUP, "max_tokens": 3, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "Pick one:\n{{apple\n||dog\n}}Answer:"}], "max_tokens": 3, "temperature": 0}
+    with serving(lm) as client:
+        for route, body in (("/v1/completions", completion), ("/v1/chat/completions", chat)):
+            plain, more = client.post(route, json=body), client.post(route, json={**body, **extra})
+            assert plain.status_code == more.status_code == 200, more.text
+            assert more.json()["choices"] == plain.json()["choices"]
+            assert more.headers["setllm-ignored-fields"] == "metadata,store,stream_options" and "setllm-ignored-fields" not in plain.headers
+        r = client.post("/v1/choose", json={"question": "Q?", "options": ["a", "b"], "store": False})
+        assert r.status_code == 422 and "store" in r.json()["error"]
+
 def test_health_and_metrics(lm):
     with serving(lm) as client:
         client.post("/v1/choose", json={"question": QUESTION, "options": OPTIONS})

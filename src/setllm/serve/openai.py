@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.generation import GenerationConfig
@@ -22,6 +22,7 @@ from .schemas import ERRORS, SEED_MAX, stop_form
 from .service import parse_prompt
 
 router = APIRouter()
+IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored, comma-separated
 
 
 def _completion_prompt(value: Any) -> Any:
@@ -37,11 +38,15 @@ def _completion_prompt(value: Any) -> Any:
 
 
 class OpenAIRequest(BaseModel):
-    """The fields both OpenAI routes take. Unknown fields are ignored, as OpenAI clients send
-    more than we use; a field we cannot honour is refused with a 400 naming it
-    (:data:`UNSUPPORTED`)."""
+    """The fields both OpenAI routes take. A field this server does not know is ignored and
+    named in the response's :data:`IGNORED_HEADER`, on purpose: OpenAI's clients send fields
+    newer than any server that speaks their API (``stream_options``, ``store``, ``metadata``,
+    ``service_tier``, ...), and a 422 would break a client that worked yesterday. setllm's
+    own routes refuse unknown fields (422): their clients are setllm's. A known field whose
+    value we cannot honour is refused with a 400 naming it (:data:`UNSUPPORTED`), never
+    ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept in model_extra, to be named
 
     model: str | None = None
     temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
@@ -150,10 +155,11 @@ CHAT_UNSUPPORTED = {**UNSUPPORTED,
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
-async def completions(body: CompletionRequest, request: Request) -> CompletionResponse:
+async def completions(body: CompletionRequest, request: Request, response: Response) -> CompletionResponse:
     """OpenAI-compatible text completion (the legacy API, with ``echo`` and ``logprobs``);
     a text prompt may carry setllm markup, token ids are read as plain text."""
     service = request.app.state.service
+    _name_ignored(body, response)
     _refuse_unsupported(body, COMPLETION_UNSUPPORTED)
     if body.max_tokens == 0 and not body.echo:
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
@@ -167,10 +173,11 @@ async def completions(body: CompletionRequest, request: Request) -> CompletionRe
 
 
 @router.post("/v1/chat/completions", response_model=ChatResponse, responses=ERRORS)
-async def chat_completions(body: ChatRequest, request: Request) -> ChatResponse:
+async def chat_completions(body: ChatRequest, request: Request, response: Response) -> ChatResponse:
     """OpenAI-compatible chat: the model's chat template around the messages; ``{{a||b}}``
     markup in a message makes a set (the template's own tokens are never inside one)."""
     service = request.app.state.service
+    _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
     if body.tools:
         raise BadRequest("tools: not supported")
@@ -210,6 +217,12 @@ async def models(request: Request) -> dict:
     adapter a request may name in its ``model`` field."""
     served = request.app.state.service.served
     return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "setllm"} for name in served]}
+
+
+def _name_ignored(body: OpenAIRequest, response: Response) -> None:
+    """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header)."""
+    if body.model_extra:
+        response.headers[IGNORED_HEADER] = ",".join(sorted(body.model_extra))
 
 
 def _refuse_unsupported(body, fields: dict) -> None:
