@@ -97,3 +97,21 @@ def test_outside_a_git_checkout_git_says_nothing(tmp_path, monkeypatch, capfd):
     assert capfd.readouterr().err == ""
     if shutil.which("git"):  # what lm-eval's own let through
         assert lm_evals() is None and "not a git repository" in capfd.readouterr().err
+
+
+def test_batch_size_defaults_to_the_backends_and_runs_are_filed_by_adapter_and_variant(model_dir, tmp_path):
+    """Without ``--batch_size`` (lm-eval then passes 1) the backend runs at its own default, 8,
+    as docs/lm_eval.md says; ``--batch_size 2`` is 2. Each run is named, in its results and
+    its ``--output_path`` folder, by model, adapter and variant, never by lm-eval's random id."""
+    runs = {}
+    for variant, flags in (("causal-pe", ()), ("sbp", ("--batch_size", "2"))):
+        out = tmp_path / variant
+        run = lm_eval_cli("--model", "setllm", "--model_args", f"model={model_dir},adapter=none,variant={variant}", "--tasks",
+                          "setllm_test_plain", "--include_path", FIXTURES, "--limit", "2", "--output_path", str(out), *flags)
+        assert run.returncode == 0, run.stderr[-2000:]
+        runs[variant] = (results_file(out), next(out.rglob("results_*.json")).parent.name)
+    (plain, plain_dir), (sbp, sbp_dir) = runs["causal-pe"], runs["sbp"]
+    assert plain["config"]["setllm"]["batch_size"] == 8 and sbp["config"]["setllm"]["batch_size"] == 2
+    assert plain["config"]["batch_size"] == 8  # what lm-eval reports is what ran
+    assert plain["model_name"] == f"{model_dir}/none/causal-pe" and sbp["model_name"] == f"{model_dir}/none/sbp"
+    assert plain_dir != sbp_dir and plain_dir.endswith("__none__causal-pe") and sbp_dir.endswith("__none__sbp")

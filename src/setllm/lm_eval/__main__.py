@@ -60,6 +60,43 @@ def quiet_git_hash() -> None:
     evaluator.get_git_commit_hash = get_git_commit_hash
 
 
+def setllm_defaults() -> None:
+    """Two of lm-eval's command-line defaults, for ``--model setllm`` only: ``--batch_size``
+    left out (lm-eval then passes 1) is the backend's own default
+    (:data:`~setllm.lm_eval.model.DEFAULT_BATCH_SIZE`, or ``batch_size`` in ``--model_args``);
+    and a run is named by :func:`~setllm.lm_eval.model.run_name` (model, adapter, variant),
+    in its results and its ``--output_path`` folder, not by lm-eval's fixed random id."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from lm_eval.utils import handle_arg_string, sanitize_model_name
+
+    from .model import DEFAULT_BATCH_SIZE, run_name
+
+    from_cli = EvaluatorConfig.from_cli.__func__
+    if getattr(from_cli, "_setllm", False):
+        return
+
+    def with_batch_size(cls, namespace):
+        cfg = from_cli(cls, namespace)
+        given = "batch_size" in vars(namespace) or "batch_size" in (cls.load_yaml_config(namespace.config) if getattr(namespace, "config", None) else {})
+        if cfg.model == "setllm" and not given:
+            args = cfg.model_args if isinstance(cfg.model_args, dict) else {}
+            cfg.batch_size = handle_arg_string(str(args.get("batch_size", DEFAULT_BATCH_SIZE)))
+        return cfg
+
+    with_batch_size._setllm = True
+    EvaluatorConfig.from_cli = classmethod(with_batch_size)
+    log = GeneralConfigTracker.log_experiment_args
+
+    def named(self, model_source, model_args, *args, **kwargs):
+        log(self, model_source, model_args, *args, **kwargs)
+        if model_source == "setllm":
+            self.model_name = run_name(model_args)
+            self.model_name_sanitized = sanitize_model_name(self.model_name)
+
+    GeneralConfigTracker.log_experiment_args = named
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -68,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         include_shipped_tasks()
         local.install()  # SETLLM_DATA_DIR: the shipped tasks read local files; an unloadable dataset is one line
         quiet_git_hash()
+        setllm_defaults()
         from lm_eval._cli import HarnessCLI
         from lm_eval.utils import setup_logging
 

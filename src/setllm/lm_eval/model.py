@@ -19,6 +19,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from lm_eval import utils as lm_utils
@@ -33,6 +34,8 @@ from ..core.prompt import parse_markup
 from ..core.runtime import context_length
 from ..errors import InputError, OptionError, SetLLMWarning
 from ..loading.options import LoadOptions
+from ..loading.shipped import ADAPTERS_DIR
+from ..loading.sources import DEFAULT_MODEL
 
 # gen_kwargs setllm's decoder understands; anything else is refused rather than ignored.
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p", "seed")
@@ -83,6 +86,23 @@ class BackendOptions:
             return cls(LoadOptions(**args), eos, markup)
         except OptionError as e:
             raise e.named(lambda name: f"--model_args {name}") from None
+
+
+DEFAULT_BATCH_SIZE = LoadOptions.batch_size  # contexts per batch when neither --model_args nor --batch_size names one
+
+
+def run_name(model_args: str | dict) -> str:
+    """The name lm-eval files a run under (its results' ``model_name`` and the ``--output_path``
+    folder): ``MODEL/ADAPTER/VARIANT`` as the backend will load them (a shipped adapter by its
+    folder's name), so runs of other adapters or readings never share a folder. lm-eval itself
+    names a run by a ``pretrained=``/``model=`` key alone, else by a random id that is the same
+    in every run (it seeds ``random``)."""
+    args = lm_utils.simple_parse_args_string(model_args) if isinstance(model_args, str) else dict(model_args)
+    load = BackendOptions.parse(args).load
+    model, adapter, _ = load.sources()
+    if adapter is not None and Path(adapter).parent == ADAPTERS_DIR:
+        adapter = Path(adapter).name
+    return f"{model or DEFAULT_MODEL}/{adapter or 'none'}/{load.planned_reading()['variant']}"
 
 
 @register_model("setllm")
@@ -141,6 +161,13 @@ class SetLLMLM(TemplateLM):
     @property
     def device(self) -> torch.device:
         return self.llm.model.device
+
+    def get_model_info(self) -> dict:
+        """What lm-eval records in its results' ``config``: the reading that answered and the
+        batch size it ran at (lm-eval's own ``batch_size`` there is the flag as given)."""
+        origin = self.llm.origin
+        return {"setllm": {"model": origin.model, "adapter": origin.adapter, "variant": self.llm.variant.name,
+                           "exact": self.llm.exact, "batch_size": self.llm.batch_size}}
 
     @property
     def tokenizer_name(self) -> str:
