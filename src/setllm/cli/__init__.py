@@ -7,6 +7,7 @@ and ``setllm choose`` never import the trainer.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import warnings
@@ -73,12 +74,36 @@ def _main(argv: list[str]) -> int:
                 apply_config_file(sub, config)
         args = parser.parse_args(argv)
         validate(args)
-        return args.func(args)
+        with bars_on_a_terminal_only(args):
+            return args.func(args)
 
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         warnings.simplefilter("once", SetLLMWarning)
         return run_guarded(run, None)
+
+
+@contextlib.contextmanager
+def bars_on_a_terminal_only(args: argparse.Namespace):
+    """Progress bars go to a terminal only (:func:`setllm.loading.quiet.on_terminal`): in a
+    log every command prints plain lines. ``--no-progress`` turns them off on a terminal too.
+    transformers' switch is put back after the command (a command run in-process, by a test)."""
+    from transformers.utils import logging as hf_logging
+
+    from ..loading.quiet import on_terminal
+
+    if getattr(args, "disable_tqdm", False) is None:  # train: the Trainer's bar, unless --no-progress
+        args.disable_tqdm = not on_terminal()
+    bars = hf_logging.is_progress_bar_enabled()
+    if not on_terminal():
+        if getattr(args, "progress", None) is True:
+            args.progress = False
+        hf_logging.disable_progress_bar()  # transformers' and the hub's bars (loading, downloading) for the whole command
+    try:
+        yield
+    finally:
+        if bars and not hf_logging.is_progress_bar_enabled():
+            hf_logging.enable_progress_bar()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

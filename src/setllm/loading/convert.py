@@ -14,6 +14,7 @@ import torch
 
 from ..errors import ModelLoadError
 from .checks import first_problem, safetensors_problem
+from .quiet import on_terminal, quiet_loading
 
 
 def cache_dir() -> Path:
@@ -33,7 +34,8 @@ def convert_once(gguf: Path, target: Path, progress: bool, what: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     try:
-        convert_gguf(gguf, tmp)
+        with quiet_loading(progress and on_terminal()):  # a conversion's bars on a terminal only, never in a log
+            convert_gguf(gguf, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
