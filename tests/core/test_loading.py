@@ -365,3 +365,27 @@ def test_hub_model_in_the_cache_loads_while_the_hub_is_unreachable(tmp_path, unr
     start = time.monotonic()
     net, _ = load_model("tiny-org/tiny-model")
     assert time.monotonic() - start < 5 and net.config.hidden_size == 32
+
+
+def test_a_copied_folder_of_the_base_is_the_base(tmp_path, embedded):
+    """An adapter trained on a model is accepted on a copy of that model's folder (the same
+    weights under another name), the embedded model's converted folder too; a copy with one
+    tensor changed is another model, refused."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = save_base(tmp_path / "base")
+    on_base = save_adapter(tmp_path / "on-base", base, record=str(base))
+    on_embedded = save_adapter(tmp_path / "on-embedded", embedded, record=DEFAULT_MODEL)
+    copy, embedded_copy = shutil.copytree(base, tmp_path / "copy"), shutil.copytree(embedded, tmp_path / "embedded-copy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SetLLMWarning)
+        load_model(str(copy), str(on_base))
+        load_model(str(embedded_copy), str(on_embedded))
+    weights = load_file(copy / "model.safetensors")
+    name = sorted(weights)[len(weights) // 2]
+    weights[name] = weights[name] + 1e-3  # the same size, files and ends: only the content differs
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match="was trained on"):
+        load_model(str(copy), str(on_base))

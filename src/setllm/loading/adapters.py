@@ -154,16 +154,53 @@ def _short_name(key: str) -> str:
 
 
 def check_adapter_base(adapter: str | Path, base_model: str | None, allow_mismatch: bool = False) -> None:
-    """Refuse an adapter recorded as trained on another base model: with matching shapes it
+    """Refuse an adapter recorded as trained on another base model (by name, unless the two
+    are folders here with the same weights, :func:`same_weights`): with matching shapes it
     would apply silently and give a meaningless model. ``allow_mismatch`` applies it anyway,
     with a :class:`SetLLMWarning`. Nothing to check when either side is unknown."""
     recorded = recorded_base(adapter)
-    if recorded is None or not base_model or same_base(recorded, base_model):
+    if recorded is None or not base_model or same_base(recorded, base_model) or same_weights(recorded, base_model):
         return
     message = f"adapter {str(adapter)!r} was trained on {recorded!r}, not on {base_model!r}"
     if not allow_mismatch:
         raise ModelLoadError(f"{message}: load it with its base model, or pass --allow-base-mismatch (Python: allow_base_mismatch=True) to apply it anyway")
     warnings.warn(f"{message}; applying it anyway as asked (allow_base_mismatch=True)", SetLLMWarning, stacklevel=4)
+
+
+def same_weights(recorded: str, loaded: str) -> bool:
+    """Whether two models named differently are on this machine with the same weights: a
+    copied or moved folder of the base an adapter was trained on (the embedded model's
+    converted folder included) is that base. Every ``*.safetensors`` file of both folders,
+    compared by name, size and then content (SHA-256; read in full: a model differing in
+    one tensor is another model)."""
+    a, b = _local_folder(recorded), _local_folder(loaded)
+    if a is None or b is None:
+        return False
+    files = [_weights_files(a), _weights_files(b)]
+    if not files[0] or [(f.name, f.stat().st_size) for f in files[0]] != [(f.name, f.stat().st_size) for f in files[1]]:
+        return False
+    return all(_sha256(x) == _sha256(y) for x, y in zip(*files))
+
+
+def _local_folder(name: str) -> Path | None:
+    """The folder on this machine a model name loads from: a packaged model's converted folder, a local directory."""
+    key = base_key(name)
+    folder = packaged_targets().get(key, Path(key))
+    return folder if folder.is_dir() else None
+
+
+def _weights_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: bool = False,
