@@ -228,3 +228,30 @@ def test_the_default_answer_reads_documents_with_the_documents_adapter(lm):
         assert lm.answer(docs, question) == answer
     assert lm.origin.adapter == default_adapter("choose")  # the model as loaded is untouched
     assert SetLLM.from_pretrained(adapter=default_adapter("choose")).answer(docs, "When does the backup server run?") != "2 am"
+
+
+def test_plain_peft_loads_a_setllm_adapter_offline_on_the_converted_base():
+    """docs/training.md's recipe: plain PEFT, the base from setllm's cache folder, no hub; on
+    text without sets it computes setllm's causal-pe reading of the same adapter."""
+    import warnings
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from setllm.api import default_adapter
+    from setllm.loading import embedded_model_dir
+
+    base = embedded_model_dir()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), default_adapter("choose")).eval()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    text = "Question: Which city is the capital of France?\nAnswer:"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a reading other than the adapter's record: said once, as asked
+        lm = SetLLM.from_pretrained(adapter=default_adapter("choose"), variant="causal-pe")
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    assert ids[0].tolist() == lm.encode(text).input_ids
+    with torch.no_grad():
+        peft_logits = model(ids).logits[0]
+    torch.testing.assert_close(peft_logits, lm.logits(text), atol=1e-4, rtol=1e-4)
+    assert not torch.equal(peft_logits, AutoModelForCausalLM.from_pretrained(base)(ids).logits[0].detach())  # the adapter is on
