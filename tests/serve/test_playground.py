@@ -122,3 +122,26 @@ def test_the_page_asks_for_the_key_once(model_dir):
         wait_for(driver, "#server", 60, "Model ")
         assert by_id(driver, "keybox").get_attribute("hidden") is not None
         assert driver.find_elements(By.CSS_SELECTOR, "#error:not(:empty)") == []
+
+
+def test_a_winner_that_ends_a_sentence_and_an_error_after_an_answer(model_dir):
+    """The verdict keeps a winner's own full stop ("A dog.", not "A dog.."); an error clears
+    the answer before it, which would otherwise read as this request's."""
+    from selenium.webdriver.common.by import By
+
+    options = ["An apple.", "A dog."]
+    with serve_process("--model", model_dir, "--adapter", "none") as (_, url), chromium() as driver:
+        driver.get(url + "/")
+        wait_for(driver, "#server", 60, "Model ")
+        ask(driver, "Which is a fruit?", options)
+        by_id(driver, "orderings").click()
+        wait_for(driver, "#ordering-result", 120)
+        chosen = driver.find_element(By.CSS_SELECTOR, "section.reading[data-reading=chosen]")
+        _, expected = post(url, "/v1/choose", {"question": "Which is a fruit?", "options": options})
+        assert chosen.find_element(By.CLASS_NAME, "verdict").text == f"The same option in all 2 orderings: {expected['answer']}"
+        by_id(driver, "run").click()
+        assert wait_for(driver, "#answer", 60).text == expected["answer"]
+        ask(driver, "Which is a fruit?", ["An apple.", "An apple."])
+        by_id(driver, "run").click()
+        wait_for(driver, "#error", 60, "error: ")
+        assert driver.find_elements(By.CSS_SELECTOR, "#answer, #run-result, #ordering-result") == []
