@@ -317,15 +317,23 @@ class SetLLM:
         choose adapter, which makes facts up from documents) answers with the shipped
         documents adapter, loaded once beside it on the first call (said once), as ``setllm
         eval --dataset documents``, ``setllm answer`` and the playground read documents.
-        ``from_pretrained(kind="documents")`` loads that one alone; a view with other reading
-        options, or an adapter named, answers as it is."""
+        ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
+        (another variant, exact mode, chat or EOS choice), or an adapter named, answers as it is."""
         docs = option_list(documents, "documents")
         if not docs:
             raise InputError("documents: answering needs at least one document, got none")
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"question must be non-empty text, got {question!r}")
-        reader = self._documents.get() if self._documents is not None and self._documents.read_as == self.options else self
-        return reader.generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
+        return self._documents_reader().generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
+
+    def _documents_reader(self) -> SetLLM:
+        """Who reads documents for :meth:`answer`: the documents reading where ``adapter="auto"``
+        loaded another adapter and this view reads as loaded (its batch size and progress
+        bar taken along), else this view."""
+        docs, loaded = self._documents, self._documents and self._documents.read_as
+        if docs is None or _reading(self.options) != _reading(loaded):
+            return self
+        return docs.get().with_options(batch_size=self.batch_size, progress=self.options.progress)
 
     # -- generate -----------------------------------------------------------------------
     def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
@@ -455,6 +463,11 @@ class SetLLM:
     def __repr__(self) -> str:
         o = self.options
         return f"SetLLM(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+def _reading(options: ReadOptions) -> tuple:
+    """What of :class:`ReadOptions` decides an answer (not the batch size or a progress bar)."""
+    return options.variant.name, options.exact, options.chat, options.eos
 
 
 class _DocumentsReading:

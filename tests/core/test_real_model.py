@@ -226,6 +226,7 @@ def test_the_default_answer_reads_documents_with_the_documents_adapter(lm):
     docs, _, _ = readme_documents_example()
     for question, answer in [("When does the backup server run?", "2 am"), ("What is the office wifi password?", "maple-77")]:
         assert lm.answer(docs, question) == answer
+    assert lm.with_options(batch_size=2).answer(docs, "When does the backup server run?") == "2 am"  # the same reading
     assert lm.origin.adapter == default_adapter("choose")  # the model as loaded is untouched
     assert SetLLM.from_pretrained(adapter=default_adapter("choose")).answer(docs, "When does the backup server run?") != "2 am"
 
