@@ -132,7 +132,7 @@ def test_a_log_gets_plain_lines_not_bars(tmp_path):
     gguf = tmp_path / "tiny.gguf"
     write_gguf(gguf, tiny_model("llama"), tiny_tokenizer())
     env = {**os.environ, "SETLLM_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "setllm", "demo", "--model", str(gguf), "--adapter", "none", "--options", "a", "b", "c"],
+    run = subprocess.run([sys.executable, "-m", "setllm", "demo", "--model", str(gguf), "--adapter", "none", "--options", "a", "b"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:]
     assert "\r" not in run.stdout and "it/s]" not in run.stdout, run.stdout[:2000]
