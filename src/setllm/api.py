@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -23,7 +24,7 @@ from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
-from .errors import InputError
+from .errors import InputError, SetLLMWarning
 from .loading import Origin
 from .loading.model import load_as
 from .loading.options import LoadOptions
@@ -366,31 +367,41 @@ class SetLLM:
             return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
 
     # -- documents read once -------------------------------------------------------------
-    def cache_documents(self, max_mb: float = 512.0) -> doccache.DocumentCache:
+    def cache_documents(self, max_mb: float = doccache.DEFAULT_MB, directory: str | os.PathLike | None = None,
+                        disk_mb: float = doccache.DEFAULT_DISK_MB) -> doccache.DocumentCache | None:
         """Keep the keys and values of set elements read under ``variant="sbp"`` (at most
-        ``max_mb`` MB, least recently used out) and reuse them in every later prompt with the
-        same text before the set, in any order and combination: only the missing elements and
-        the text after the set are computed (:mod:`setllm.core.doccache`; equal to a fresh
-        reading up to float rounding). Shared by every view of these weights. Other variants
-        read as before: their documents see text a cache cannot know."""
-        return doccache.attach(self.model, max_mb)
+        ``max_mb`` MB in memory, least recently used out) and reuse them in every later prompt
+        with the same text before the set, in any order and combination: only the missing
+        elements and the text after the set are computed (:mod:`setllm.core.doccache`; the
+        same bits as with no cache). Shared by every view of these weights. Under ``sbp`` a
+        cache of :data:`setllm.core.doccache.DEFAULT_MB` MB is on without this call;
+        ``max_mb=0`` switches it off (and returns None). ``directory``: also keep each piece
+        on disk there (at most ``disk_mb`` MB, least recently used out), where a restarted
+        process, or another one sharing the folder, finds it. Other variants read as before:
+        their documents see text a cache cannot know (said once, at the first such reading)."""
+        return doccache.attach(self.model, max_mb, directory, disk_mb)
 
     @property
     def document_cache(self) -> doccache.DocumentCache | None:
-        """The cache :meth:`cache_documents` attached to these weights, or None."""
+        """The cache attached to these weights (by :meth:`cache_documents`, or by default by
+        a first ``sbp`` reading), or None."""
         return doccache.of(self.model)
 
     def _cached_documents(self, model, prompts: Sequence[EncodedPrompt]):
         """The cache and the key of this reading where every prompt can reuse documents, else
-        None (one line the first time a cache is there but this reading cannot use it)."""
-        store = doccache.of(model)
-        if store is None or not prompts:
+        None (one line the first time a cache asked for is there but this reading cannot use
+        it). With the cache off, a scratch one for this call: a reading that can reuse
+        documents always computes them as the cached reading does, so the two give the same
+        bits (:mod:`setllm.core.doccache`)."""
+        if not prompts:
             return None
         why = next((w for w in (doccache.unusable(self.variant, p) for p in prompts) if w), None)
         if why is not None:
-            _say_once(f"setllm: documents are read afresh: {why}")
+            store = doccache.of(model)
+            if store is not None and store.warn:
+                _say_once(f"documents are read afresh: {why}")
             return None
-        return store, doccache.identity(model, self.origin.adapter, self.variant)
+        return doccache.for_reading(model), doccache.identity(model, self.origin.adapter, self.variant)
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
@@ -494,7 +505,7 @@ def _check_prompt_list(prompts, options) -> None:
 
 @functools.cache
 def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, SetLLMWarning, stacklevel=3)
 
 
 def _is_single_prompt(obj) -> bool:

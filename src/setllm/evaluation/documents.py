@@ -40,7 +40,7 @@ def run_documents(lm, cfg: EvalConfig, records: Sequence[docs.DocRecord], source
     one_run = lm.variant.invariant and not cfg.verify_invariance
     settings = {**settings, "gold_positions": cfg.gold_positions}
     # Every row reads its documents as one set: under sbp they are read once, whatever the order.
-    cache = lm.cache_documents(cfg.cache_mb) if cfg.cache_mb > 0 and doccache.variant_problem(lm.variant) is None else None
+    cache = lm.cache_documents(cfg.cache_mb, cfg.cache_dir, cfg.cache_dir_mb) if doccache.variant_problem(lm.variant) is None else None
     with rundir.claimed(cfg.out) as out:
         if cfg.overwrite:
             store.clear(out)
