@@ -162,9 +162,13 @@ def _parse(data: bytes, key: tuple) -> tuple[str | None, Layers | None]:
     if n > len(data) - 8:
         return "truncated: shorter than its header says", None
     try:
-        meta = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
-    except (ValueError, UnicodeDecodeError, AttributeError):
-        return "damaged: its header is not JSON", None
+        header = json.loads(data[8 : 8 + n])
+        meta = header.get("__metadata__") or {}
+        end = 8 + n + max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, UnicodeDecodeError, AttributeError, KeyError, TypeError, IndexError):
+        return "damaged: its header is not a safetensors header", None
+    if len(data) < end:
+        return "truncated: shorter than its header says", None
     if meta.get("format") != FORMAT:
         return f"foreign: format {meta.get('format')!r}, not {FORMAT!r}", None
     if meta.get("key") != key_text(key):
