@@ -14,10 +14,16 @@ cached documents costs its own tokens' share of one forward.
 
 What is equal to what:
 
-- a cached reading and the uncached one (:func:`setllm.core.scoring.prefill`): the same keys,
-  values and logits up to float rounding, not bit for bit: the prefix, each element and the
-  suffix run as separate forwards, so the matrix products have other shapes and may take
-  other kernels (within 1e-5 in fp32: tests/core/test_doccache.py);
+- a cached reading and one with the cache off: the same bits, by construction. Every reading
+  that can reuse documents computes through a cache (with it off, a scratch one dropped after
+  the call: :meth:`DocumentCache.scratch`), and a piece is computed one way only: the prefix
+  in a forward of its own, the missing elements of a call in packed forwards
+  (:func:`_compute_elements`) in which each has an attention block whose shape its prefix and
+  itself fix and the linear layers multiply fixed row blocks. So an element's keys and values
+  are the same bits computed alone, among others, earlier, or read back from disk;
+- such a reading and the scoring driver's one forward over the whole prompt
+  (:func:`setllm.core.scoring.prefill`): equal up to float rounding (other shapes, other
+  kernels; within 1e-5 in fp32: tests/core/test_doccache.py);
 - two cached readings of one set in any order: the same bits, as exact mode sorts the elements
   (the same pieces, the same forwards), and an element's cached keys are the same tensors
   whatever set it came in;
@@ -30,7 +36,9 @@ ones before it): those read as before (:func:`unusable` says why).
 
 The cache is bounded by bytes (the keys and values it holds, counted exactly), least recently
 used out, and keyed by the weights, the adapter, the variant, the prefix's tokens and the
-element's tokens. Changing the weights in place (training) needs :meth:`DocumentCache.clear`.
+element's tokens; under ``sbp`` one of :data:`DEFAULT_MB` is on by default (:func:`for_reading`).
+The weights' fingerprint is taken again after any in-place write to a parameter (training).
+With a folder, pieces are also kept on disk (:mod:`setllm.core.doctier`).
 
 Shapes: Hkv key heads, n tokens, d head size; a piece's keys and values are one
 ``(k [1, Hkv, n, d], v)`` pair per layer.
@@ -160,6 +168,12 @@ class DocumentCache:
             self._keep(key, layers)
             return layers
 
+    def reused(self, n_tokens: int) -> None:
+        """Count a hit of ``n_tokens`` not looked up again (a piece twice in one call)."""
+        with self._lock:
+            self.hits += 1
+            self.reused_tokens += n_tokens
+
     def put(self, key: tuple, layers: Layers, seconds: float = 0.0) -> None:
         """Keep ``layers`` under ``key`` (``seconds``: what computing them took), in memory
         and, with a disk tier, on disk."""
@@ -224,7 +238,7 @@ def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | Non
         _attached[key] = None
         return None
     cache = _attached.get(key)
-    same_folder = cache is not None and (None if cache.disk is None else cache.disk.directory) == (None if directory is None else Path(directory))
+    same_folder = cache is not None and (None if cache.disk is None else cache.disk.directory) == (None if directory is None else Path(directory).expanduser())
     if not same_folder:
         cache = _attached[key] = DocumentCache(max_mb, directory, disk_mb, warn)
     else:
@@ -304,7 +318,9 @@ def _pieces(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, obje
         for element in pieces.elements:
             key = (*identity, prefix_ids, tuple(enc.input_ids[i] for i in element))
             keys.append(key)
-            if key not in wanted:
+            if key in wanted:  # again in this call: reused, as a later call would find it
+                store.reused(len(element))
+            else:
                 wanted[key] = store.get(key)
                 if wanted[key] is None:
                     wanted[key] = _Missing(prefix, batch, pieces.prefix, element)
@@ -419,8 +435,8 @@ def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, k
 @torch.no_grad()
 def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, batch=None):
     """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
-    the next token ``[1, V]``, as :func:`setllm.core.scoring.prefill` gives them for a batch
-    of ``enc`` alone (module docstring: equal up to rounding). ``identity`` names the weights,
+    the next token ``[1, V]``, the same bits whatever ``store`` holds (module docstring; equal
+    to :func:`setllm.core.scoring.prefill`'s up to rounding). ``identity`` names the weights,
     adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
     the caller has it."""
     batch = batch or collate([enc], variant.positions, 0)
@@ -440,7 +456,7 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, ide
     positions a response has, exactly as a response row does. Linear layers multiply fixed
     row blocks and each request's attention block has a shape of its own, as in the scoring
     driver: a request gets the same bits alone or among others. One ``TokenScore`` list per
-    request (equal to the uncached reading up to rounding, as :func:`prefill`)."""
+    request (the same bits whatever ``store`` holds, as :func:`prefill`)."""
     asked = [collate([_followed_by_set(r.prompt, r.options)], variant.positions, 0) for r in requests]
     read = _pieces(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, identity)
     asks = [_Ask.of(b, parts, suffix, r.options) for r, b, (parts, suffix) in zip(requests, asked, read)]

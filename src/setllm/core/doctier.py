@@ -43,7 +43,7 @@ class DiskTier:
     between threads, and the folder between processes."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int):
-        self.directory = Path(directory)
+        self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()

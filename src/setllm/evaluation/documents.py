@@ -82,7 +82,9 @@ def _cache_summary(cache) -> dict:
     s = cache.stats()
     return {"document_cache": {"hits": s.hits, "misses": s.misses, "evictions": s.evictions, "bytes": s.bytes,
                                "reused_tokens": s.reused_tokens, "computed_tokens": s.computed_tokens,
-                               "computed_s": round(s.computed_s, 3), "saved_s_estimate": round(s.saved_s, 3)}}
+                               "computed_s": round(s.computed_s, 3), "saved_s_estimate": round(s.saved_s, 3),
+                               **({"disk_hits": s.disk_hits, "disk_writes": s.disk_writes, "disk_refused": s.disk_refused,
+                                   "disk_bytes": s.disk_bytes} if cache.disk is not None else {})}}
 
 
 def _common_keys(rows: Sequence[dict]) -> list[str]:
