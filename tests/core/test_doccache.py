@@ -199,3 +199,14 @@ def test_generation_config_through_the_cache(lm):
         assert lm.generate(prompt(DOCS[:2]), sampled) == lm.generate(prompt(DOCS[1::-1]), sampled)
     finally:
         store.clear()
+
+
+def test_a_request_is_read_the_same_way_whatever_batch_it_comes_in(lm):
+    """A prompt with one set reuses documents, one with none cannot: in one batch each is read
+    as it is alone (the batch never sends the first through the full-prompt forward)."""
+    requests = [lm.score_request(prompt(DOCS[:3]), OPTIONS), lm.score_request("Question: which one jumps?\nAnswer:", OPTIONS)]
+    alone = [lm.score_encoded([r])[0] for r in requests]
+    assert lm.score_encoded(requests) == alone
+    prompts = [lm.encode(prompt(DOCS[:3])), lm.encode("Question: which one jumps?\nAnswer:")]
+    config = GenerationConfig(max_new_tokens=4)
+    assert lm.generate_encoded(prompts, config)[0] == lm.generate_encoded(prompts[:1], config)[0]
