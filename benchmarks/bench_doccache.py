@@ -12,7 +12,7 @@ model under ``--variant sbp``, measured side by side in one run.
 - **Restart**: a server with ``--cache-dir`` reads the first-token question's documents,
   stops, starts again on the same folder and answers a question over them (another order):
   the time of that first question against a cold server's (``--cache-mb 0``), each after a
-  warm-up request with no documents, whether the answers are the same bits, and the folder's
+  warm-up request over one unrelated document, whether the answers are the same bits, and the folder's
   bytes on disk against the server's accounting.
 
     python benchmarks/bench_doccache.py --threads 2 --json doccache.json
@@ -113,12 +113,14 @@ def serve(args, cache_mb: float, bodies: list[dict]) -> dict:
             "answers": answers, "metrics": metrics}
 
 
-WARM_UP = {"prompt": "Question: what is two and two?\nAnswer:", "options": ["4", "5"]}  # no documents
+# A first request over one unrelated document: a fresh server's first-call costs (the first packed
+# forward included) are paid before the timed question, by the cold and the restarted server alike.
+WARM_UP = {"prompt": ["Notes:\n", {"set": ["Two and two make four.\n"]}, "Question: what is two and two?\nAnswer:"], "options": ["4", "5"]}
 
 
 def first_question(args, flags: list[str], body: dict) -> tuple[float, list, dict]:
-    """Seconds to answer ``body`` on a fresh server with ``flags`` (after a warm-up with no
-    documents), the answer, and the cache's counts after it."""
+    """Seconds to answer ``body`` on a fresh server with ``flags`` (after a warm-up over
+    another document), the answer, and the cache's counts after it."""
     with server(args, flags) as client:
         client.post("/v1/score", json=WARM_UP)
         start = time.perf_counter()
@@ -170,6 +172,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2, help="torch threads, here and in each server")
     p.add_argument("--skip-server", action="store_true", help="the first-token part only")
     p.add_argument("--skip-restart", action="store_true", help="no restart part")
+    p.add_argument("--skip-first-token", action="store_true", help="no first-token part")
     p.add_argument("--skip-throughput", action="store_true", help="no server throughput part")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
@@ -179,8 +182,10 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     lm = SetLLM.from_pretrained(variant="sbp", adapter=None)
-    result = {"first_token": first_token(lm, documents(args.docs, 0), args.orders)}
-    print(json.dumps(result["first_token"], indent=1), flush=True)
+    result = {}
+    if not args.skip_first_token:
+        result["first_token"] = first_token(lm, documents(args.docs, 0), args.orders)
+        print(json.dumps(result["first_token"], indent=1), flush=True)
     if not args.skip_server and not args.skip_restart:
         result["restart"] = restart(args, documents(args.docs, 0))
         print(json.dumps(result["restart"], indent=1), flush=True)
