@@ -9,6 +9,11 @@ model under ``--variant sbp``, measured side by side in one run.
   ``--clients`` concurrent clients, with ``--cache-mb`` and without: requests per second of
   each, and whether every answer is the cold server's.
 - **Memory**: the bytes the cache says it holds against the bytes of the tensors it holds.
+- **Restart**: a server with ``--cache-dir`` reads the first-token question's documents,
+  stops, starts again on the same folder and answers a question over them (another order):
+  the time of that first question against a cold server's (``--cache-mb 0``), each after a
+  warm-up request over one unrelated document, whether the answers are the same bits, and the folder's
+  bytes on disk against the server's accounting.
 
     python benchmarks/bench_doccache.py --threads 2 --json doccache.json
 """
@@ -16,13 +21,16 @@ model under ``--variant sbp``, measured side by side in one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 WORDS = "river stone garden lamp winter orange violin harbor copper meadow signal ladder candle forest silver".split()
 
@@ -40,6 +48,7 @@ def first_token(lm, docs: list[str], orders: int) -> dict:
 
     question = "Question: what is the code of the first record?\nAnswer:"
     prompt = lambda d: ["Documents:\n", Set(d), question]  # noqa: E731
+    lm.cache_documents(0)  # off: every reading afresh
     start = time.perf_counter()
     cold = lm.generate(prompt(docs), max_new_tokens=1)
     cold_s = time.perf_counter() - start
@@ -54,7 +63,8 @@ def first_token(lm, docs: list[str], orders: int) -> dict:
     answers = {lm.generate(prompt(random.Random(k).sample(docs, len(docs))), max_new_tokens=8) for k in range(orders)}
     tokens = len(lm.encode(prompt(docs)))
     return {"documents": len(docs), "tokens": tokens, "cold_s": cold_s, "cached_s": warm_s, "speedup": cold_s / warm_s,
-            "same_first_token": cold == warm, "max_score_diff": max(abs(a - b) for a, b in zip(cold_scores, warm_scores)),
+            "same_first_token": cold == warm, "same_score_bits": cold_scores == warm_scores,
+            "max_score_diff": max(abs(a - b) for a, b in zip(cold_scores, warm_scores)),
             "answers_over_orders": len(answers), "orders": orders, **memory(store)}
 
 
@@ -64,32 +74,76 @@ def memory(store) -> dict:
     return {"cache_bytes_counted": store.stats().bytes, "cache_bytes_held": held, "counted_over_held": store.stats().bytes / held}
 
 
-def serve(args, cache_mb: float, bodies: list[dict]) -> dict:
-    """Requests per second of a real ``setllm serve`` over ``bodies``, and its answers."""
+@contextlib.contextmanager
+def server(args, flags: list[str]):
+    """A real ``setllm serve --variant sbp`` with ``flags``, and an HTTP client for it."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "setllm", "serve", "--port", str(port), "--variant", "sbp", "--adapter", "none",
-           "--threads", str(args.threads), "--no-batch-check", "--cache-mb", str(cache_mb)]
+           "--threads", str(args.threads), "--no-batch-check", *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait(url)
         with httpx.Client(base_url=url, timeout=600) as client:
-            client.post("/v1/score", json=bodies[0])  # warm-up: first-call costs are not the cache's
-            start = time.perf_counter()
-            with ThreadPoolExecutor(args.clients) as pool:
-                answers = list(pool.map(lambda b: client.post("/v1/score", json=b).json()["scores"], bodies))
-            seconds = time.perf_counter() - start
-            metrics = client.get("/metrics").text
+            yield client
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("setllm_document_cache")}
+
+
+def counts(client) -> dict:
+    return {line.split()[0]: float(line.split()[1]) for line in client.get("/metrics").text.splitlines()
+            if line.startswith("setllm_document_cache")}
+
+
+def serve(args, cache_mb: float, bodies: list[dict]) -> dict:
+    """Requests per second of a real ``setllm serve`` over ``bodies``, and its answers."""
+    with server(args, ["--cache-mb", str(cache_mb)]) as client:
+        client.post("/v1/score", json=bodies[0])  # warm-up: first-call costs are not the cache's
+        start = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            answers = list(pool.map(lambda b: client.post("/v1/score", json=b).json()["scores"], bodies))
+        seconds = time.perf_counter() - start
+        metrics = counts(client)
     return {"cache_mb": cache_mb, "requests": len(bodies), "seconds": seconds, "requests_per_s": len(bodies) / seconds,
-            "answers": answers, "metrics": counts}
+            "answers": answers, "metrics": metrics}
+
+
+# A first request over one unrelated document: a fresh server's first-call costs (the first packed
+# forward included) are paid before the timed question, by the cold and the restarted server alike.
+WARM_UP = {"prompt": ["Notes:\n", {"set": ["Two and two make four.\n"]}, "Question: what is two and two?\nAnswer:"], "options": ["4", "5"]}
+
+
+def first_question(args, flags: list[str], body: dict) -> tuple[float, list, dict]:
+    """Seconds to answer ``body`` on a fresh server with ``flags`` (after a warm-up over
+    another document), the answer, and the cache's counts after it."""
+    with server(args, flags) as client:
+        client.post("/v1/score", json=WARM_UP)
+        start = time.perf_counter()
+        answer = client.post("/v1/score", json=body).json()["scores"]
+        return time.perf_counter() - start, answer, counts(client)
+
+
+def restart(args, docs: list[str]) -> dict:
+    """A restarted server's first question over documents it read before, against a cold one."""
+    question = "Question: what is the code of the first record?\nAnswer:"
+    body = lambda d: {"prompt": ["Documents:\n", {"set": d}, question], "options": ["1", "2", "3"]}  # noqa: E731
+    shuffled = random.Random(2).sample(docs, len(docs))
+    with tempfile.TemporaryDirectory() as folder:
+        cold_s, cold, _ = first_question(args, ["--cache-mb", "0"], body(shuffled))
+        first_s, _, written = first_question(args, ["--cache-dir", folder], body(docs))
+        warm_s, warm, found = first_question(args, ["--cache-dir", folder], body(shuffled))
+        on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+    return {"documents": len(docs), "cold_s": cold_s, "first_read_with_disk_s": first_s, "restarted_s": warm_s,
+            "speedup": cold_s / warm_s, "same_bits": cold == warm, "disk_writes": written.get("setllm_document_cache_disk_writes"),
+            "restarted_disk_hits": found.get("setllm_document_cache_disk_hits"),
+            "restarted_misses": found.get("setllm_document_cache_misses"), "disk_bytes_on_disk": on_disk,
+            "disk_bytes_counted": found.get("setllm_document_cache_disk_bytes"),
+            "counted_over_on_disk": found.get("setllm_document_cache_disk_bytes", 0) / on_disk if on_disk else None}
 
 
 def _wait(url: str, timeout: float = 300) -> None:
@@ -117,6 +171,9 @@ def main() -> int:
     p.add_argument("--cache-mb", type=float, default=512, help="the cached server's --cache-mb")
     p.add_argument("--threads", type=int, default=2, help="torch threads, here and in each server")
     p.add_argument("--skip-server", action="store_true", help="the first-token part only")
+    p.add_argument("--skip-restart", action="store_true", help="no restart part")
+    p.add_argument("--skip-first-token", action="store_true", help="no first-token part")
+    p.add_argument("--skip-throughput", action="store_true", help="no server throughput part")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
     import torch
@@ -125,17 +182,22 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     lm = SetLLM.from_pretrained(variant="sbp", adapter=None)
-    result = {"first_token": first_token(lm, documents(args.docs, 0), args.orders)}
-    print(json.dumps(result["first_token"], indent=1), flush=True)
-    if not args.skip_server:
+    result = {}
+    if not args.skip_first_token:
+        result["first_token"] = first_token(lm, documents(args.docs, 0), args.orders)
+        print(json.dumps(result["first_token"], indent=1), flush=True)
+    if not args.skip_server and not args.skip_restart:
+        result["restart"] = restart(args, documents(args.docs, 0))
+        print(json.dumps(result["restart"], indent=1), flush=True)
+    if not args.skip_server and not args.skip_throughput:
         pool, rng = documents(args.pool, 7), random.Random(3)
         bodies = [{"prompt": ["Documents:\n", {"set": rng.sample(pool, args.per)}, f"Question: what is the code of record {q}?\nAnswer:"],
                    "options": ["1", "2", "3"]} for q in range(args.questions)]
         cold, warm = serve(args, 0, bodies), serve(args, args.cache_mb, bodies)
-        same = [c.index(max(c)) for c in cold["answers"]] == [w.index(max(w)) for w in warm["answers"]]
+        same = cold["answers"] == warm["answers"]  # the same bits
         diff = max(abs(a - b) for c, w in zip(cold["answers"], warm["answers"]) for a, b in zip(c, w))
         result["server"] = {"cold_requests_per_s": cold["requests_per_s"], "cached_requests_per_s": warm["requests_per_s"],
-                            "throughput_ratio": warm["requests_per_s"] / cold["requests_per_s"], "same_answers": same,
+                            "throughput_ratio": warm["requests_per_s"] / cold["requests_per_s"], "same_bits": same,
                             "max_score_diff": diff, "cached_metrics": warm["metrics"], "questions": args.questions,
                             "pool": args.pool, "per_question": args.per, "clients": args.clients}
         print(json.dumps(result["server"], indent=1), flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
-from .errors import InputError
+from .errors import InputError, SetLLMWarning
 from .loading import Origin
 from .loading.model import load_as
 from .loading.options import LoadOptions
@@ -368,52 +369,77 @@ class SetLLM:
     # backend): the same rungs as score/generate, so the same request gives the same bits.
     def score_encoded(self, requests: Sequence[scoring.ScoreRequest]) -> list[list[scoring.TokenScore]]:
         """Each request's options scored after its prompt (token ids already made by
-        :meth:`encode` and :meth:`response_ids`), through the one scoring driver."""
+        :meth:`encode` and :meth:`response_ids`), through the one scoring driver (a prompt
+        whose documents can be reused: through :func:`setllm.core.doccache.score`)."""
         with self._running() as model:
-            cached = self._cached_documents(model, [r.prompt for r in requests])
-            if cached is None:
-                return scoring.score_requests(model, self.variant, self.pad_id, requests)
-            store, key = cached
-            return doccache.score(model, self.variant, requests, store, key)
+            return self._by_reading(model, [r.prompt for r in requests], requests,
+                                    lambda rs, *cached: doccache.score(model, self.variant, rs, *cached),
+                                    lambda rs: scoring.score_requests(model, self.variant, self.pad_id, rs))
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
         (``on_token()`` after each step: a caller's way to stop, by raising)."""
         with self._running() as model:
-            cached = self._cached_documents(model, prompts)
-            if cached is not None:  # each prompt alone, its documents' keys and values reused
-                return [doccache.generate(model, self.tokenizer, self.variant, p, *cached, config, on_token) for p in prompts]
-            # A long prompt is read on flex attention, at a bucketed length (a bounded number of compiled shapes).
-            batch = collate(list(prompts), self.variant.positions, self.pad_id, length=prompt_length(model, max(map(len, prompts))))
-            return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+            def together(ps):
+                # A long prompt is read on flex attention, at a bucketed length (a bounded number of compiled shapes).
+                batch = collate(list(ps), self.variant.positions, self.pad_id, length=prompt_length(model, max(map(len, ps))))
+                return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+
+            # each prompt whose documents can be reused alone, its documents' keys and values reused
+            return self._by_reading(model, prompts, prompts, lambda ps, *cached: [
+                doccache.generate(model, self.tokenizer, self.variant, p, *cached, config, on_token) for p in ps], together)
+
+    def _by_reading(self, model, prompts: Sequence[EncodedPrompt], items: Sequence, reuse, afresh) -> list:
+        """``reuse(items, store, key)`` for the items whose prompt can reuse documents,
+        ``afresh(items)`` for the others, results in order: which way an item is read depends
+        on it alone, never on the batch it came in."""
+        can = self._reusable(model, prompts)
+        if not any(can):
+            return afresh(items)
+        cached = (doccache.for_reading(model), doccache.identity(model, self.origin.adapter, self.variant))
+        if all(can):
+            return reuse(items, *cached)
+        out = [None] * len(items)
+        for flag, run in ((True, lambda xs: reuse(xs, *cached)), (False, afresh)):
+            at = [i for i, c in enumerate(can) if c is flag]
+            for i, result in zip(at, run([items[i] for i in at])):
+                out[i] = result
+        return out
 
     # -- documents read once -------------------------------------------------------------
-    def cache_documents(self, max_mb: float = 512.0) -> doccache.DocumentCache:
+    def cache_documents(self, max_mb: float = doccache.DEFAULT_MB, directory: str | os.PathLike | None = None,
+                        disk_mb: float = doccache.DEFAULT_DISK_MB) -> doccache.DocumentCache | None:
         """Keep the keys and values of set elements read under ``variant="sbp"`` (at most
-        ``max_mb`` MB, least recently used out) and reuse them in every later prompt with the
-        same text before the set, in any order and combination: only the missing elements and
-        the text after the set are computed (:mod:`setllm.core.doccache`; equal to a fresh
-        reading up to float rounding). Shared by every view of these weights. Other variants
-        read as before: their documents see text a cache cannot know."""
-        return doccache.attach(self.model, max_mb)
+        ``max_mb`` MB in memory, least recently used out) and reuse them in every later prompt
+        with the same text before the set, in any order and combination: only the missing
+        elements and the text after the set are computed (:mod:`setllm.core.doccache`; the
+        same bits as with no cache). Shared by every view of these weights. Under ``sbp`` a
+        cache of :data:`setllm.core.doccache.DEFAULT_MB` MB is on without this call;
+        ``max_mb=0`` switches it off (and returns None). ``directory``: also keep each piece
+        on disk there (at most ``disk_mb`` MB, least recently used out), where a restarted
+        process, or another one sharing the folder, finds it. Other variants read as before:
+        their documents see text a cache cannot know (said once, at the first such reading)."""
+        return doccache.attach(self.model, max_mb, directory, disk_mb)
 
     @property
     def document_cache(self) -> doccache.DocumentCache | None:
-        """The cache :meth:`cache_documents` attached to these weights, or None."""
+        """The cache attached to these weights (by :meth:`cache_documents`, or by default by
+        a first ``sbp`` reading), or None."""
         return doccache.of(self.model)
 
-    def _cached_documents(self, model, prompts: Sequence[EncodedPrompt]):
-        """The cache and the key of this reading where every prompt can reuse documents, else
-        None (one line the first time a cache is there but this reading cannot use it)."""
-        store = doccache.of(model)
-        if store is None or not prompts:
-            return None
-        why = next((w for w in (doccache.unusable(self.variant, p) for p in prompts) if w), None)
-        if why is not None:
-            _say_once(f"setllm: documents are read afresh: {why}")
-            return None
-        return store, doccache.identity(model, self.origin.adapter, self.variant)
+    def _reusable(self, model, prompts: Sequence[EncodedPrompt]) -> list[bool]:
+        """Which prompts can reuse documents (one line the first time a cache asked for is
+        there but a prompt cannot use it). Those are read through the cache, or with it off
+        through a scratch one for the call: a reading that can reuse documents always
+        computes them as the cached reading does, so the two give the same bits
+        (:mod:`setllm.core.doccache`)."""
+        why = [doccache.unusable(self.variant, p) for p in prompts]
+        first = next((w for w in why if w), None)
+        store = doccache.of(model) if first else None
+        if store is not None and store.warn:
+            _say_once(f"documents are read afresh: {first}")
+        return [w is None for w in why]
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
@@ -543,7 +569,7 @@ def _check_prompt_list(prompts, options) -> None:
 
 @functools.cache
 def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, SetLLMWarning, stacklevel=3)
 
 
 def _is_single_prompt(obj) -> bool:

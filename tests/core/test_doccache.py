@@ -1,6 +1,7 @@
-"""Documents read once (:mod:`setllm.core.doccache`): a cached reading equals a fresh one up to
-rounding, gives the same bits in any order, computes only what it has not seen, and the
-cache holds what its accounting says."""
+"""Documents read once (:mod:`setllm.core.doccache`): under ``sbp`` a reading with the cache on
+gives the bits of one with it off (one computation), in any order, alone or batched; it
+computes only what it has not seen, the missing documents together; the cache is on by
+default and holds what its accounting says."""
 
 from __future__ import annotations
 
@@ -42,48 +43,94 @@ def test_a_cached_reading_equals_a_fresh_one_up_to_rounding(lm):
     assert store.stats().misses == 5 and store.stats().entries == 5  # the prefix and four elements
 
 
-def test_scores_and_text_through_the_cache_equal_the_fresh_reading(lm):
-    """The suffix and the options run as one forward on the cached pieces (the options as one
-    more set): each option's every token as the fresh reading scores it."""
+def _off(lm):
+    """``lm``'s cache switched off; returns a function that forgets the switch."""
+    assert lm.cache_documents(0) is None and lm.document_cache is None
+    return lambda: doccache._attached.pop(doccache._weights(lm.model), None)
+
+
+def test_scores_and_text_through_the_cache_are_the_bits_of_the_reading_without_it(lm):
+    """The cache off, a scratch cache computes the same pieces the same way: the same bits,
+    whether the documents were computed now, together with others, or earlier."""
     request = lm.score_request(prompt(DOCS[:4]), OPTIONS)
-    [fresh] = lm.score_encoded([request])
-    text = lm.generate(prompt(DOCS[:4]), max_new_tokens=6)
+    forget = _off(lm)
+    try:
+        [fresh] = lm.score_encoded([request])
+        text = lm.generate(prompt(DOCS[:4]), max_new_tokens=6)
+        answer = lm.answer(DOCS[:4], "Which one jumps?", max_new_tokens=5)
+    finally:
+        forget()
     store = lm.cache_documents(max_mb=64)
     try:
+        lm.score(prompt(DOCS[::-1]), OPTIONS)  # all six computed together, in a group of six
+        assert store.stats().misses == 7
         [cached] = lm.score_encoded([request])
-        assert [s.logprob for s in cached] == pytest.approx([s.logprob for s in fresh], abs=1e-4)
-        assert [(s.n_tokens, s.greedy) for s in cached] == [(s.n_tokens, s.greedy) for s in fresh]
-        assert store.stats().misses == 5  # the prefix and four elements: the scoring went through the cache
+        assert cached == fresh  # exactly: TokenScore compares log-probs as floats
         assert lm.generate(prompt(DOCS[:4]), max_new_tokens=6) == text
-        assert store.stats().hits >= 5  # the generation read every piece the scoring computed
+        assert lm.answer(DOCS[3::-1], "Which one jumps?", max_new_tokens=5) == answer
     finally:
         store.clear()
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_cached_requests_batched_give_each_the_bits_it_gets_alone(lm, wide):
-    """Cached questions share one packed forward (fixed row blocks, a block of attention per
-    request): each request's scores are the bits it gets alone, and the fresh reading's up to
-    rounding; also 128 wide, as the server's batching tests read (tests/serve/conftest.py)."""
-    if wide:
-        lm = SetLLM(tiny_model(lm.model.config.model_type, hidden_size=128, intermediate_size=256, num_attention_heads=4,
-                               num_key_value_heads=2, head_dim=32), tiny_tokenizer(), "sbp")
-    asks = [(prompt(DOCS[:4]), OPTIONS), (prompt(DOCS[2:5]), ["dog"]),
-            (["Other notes:\n", Set(DOCS[1:3]), "Which is red?\nAnswer:"], ["the red one", "none of them at all"])]
-    requests = [lm.score_request(p, o) for p, o in asks]
-    fresh = lm.score_encoded(requests)
-    store = lm.cache_documents(max_mb=64)
-    store.clear()
+def test_the_logprobs_of_a_cached_prefill_are_the_bits_of_a_scratch_one(lm):
+    enc = lm.encode(prompt(DOCS[:4]))
+    key = doccache.identity(lm.model, None, lm.variant)
+    warm = doccache.DocumentCache(64)
+    doccache.prefill(lm.model, lm.variant, lm.encode(prompt(DOCS[3:])), warm, key)  # docs 3..5 read in another group
+    cache_a, a = doccache.prefill(lm.model, lm.variant, enc, doccache.DocumentCache.scratch(), key)
+    cache_b, b = doccache.prefill(lm.model, lm.variant, enc, warm, key)
+    assert torch.equal(a, b)
+    assert all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values) for x, y in zip(cache_a.layers, cache_b.layers))
+
+
+def test_missing_documents_are_computed_in_one_forward_each_with_the_bits_of_it_alone(lm):
+    enc = lm.encode(prompt(DOCS[:5]))
+    batch = collate([enc], lm.variant.positions, lm.pad_id)
+    key = doccache.identity(lm.model, None, lm.variant)
+    calls = []
+    hook = lm.model.register_forward_hook(lambda *a: calls.append(1))
     try:
-        together = lm.score_encoded(requests)
-        alone = [lm.score_encoded([r])[0] for r in requests]
-        assert together == alone
-        assert lm.score_encoded(requests[::-1]) == together[::-1]
-        for got, want in zip(together, fresh):
-            assert [s.logprob for s in got] == pytest.approx([s.logprob for s in want], abs=1e-4)
-            assert [s.n_tokens for s in got] == [s.n_tokens for s in want]
+        [(parts, _)] = doccache._pieces(lm.model, lm.variant, [(enc, batch)], doccache.DocumentCache(64), key)
     finally:
-        store.clear()
+        hook.remove()
+    assert len(calls) == 2  # the prefix, then the five documents together
+    pieces = doccache._Pieces.of(enc)
+    prefix = doccache._compute(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, [], pieces.prefix)
+    at = len(pieces.prefix)
+    for element in pieces.elements:
+        [alone] = doccache._compute_elements(lm.model, lm.variant, [doccache._Missing(prefix, batch, pieces.prefix, element)])
+        for (k, v), (k_all, v_all) in zip(alone, parts):
+            assert torch.equal(k, k_all[:, :, at : at + len(element)]) and torch.equal(v, v_all[:, :, at : at + len(element)])
+        at += len(element)
+
+
+def test_the_cache_is_on_by_default_under_sbp_and_zero_switches_it_off():
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    assert lm.document_cache is None
+    lm.score(prompt(DOCS[:2]), OPTIONS)
+    store = lm.document_cache
+    assert store is not None and store.max_bytes == doccache.DEFAULT_MB * 1e6 and store.stats().entries == 3
+    assert lm.cache_documents(0) is None and lm.document_cache is None
+    lm.score(prompt(DOCS[:3]), OPTIONS)
+    assert lm.document_cache is None  # off stays off
+    other = SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
+    other.score(prompt(DOCS[:2]), OPTIONS)
+    assert other.document_cache is None  # a reading that cannot use one gets none
+
+
+@pytest.mark.parametrize("value, message", [
+    ("512", "max_mb must be a number of megabytes >= 0 (0: off), got '512'"),
+    (-5, "max_mb must be a number of megabytes >= 0 (0: off), got -5"),
+    (True, "max_mb must be a number of megabytes >= 0 (0: off), got True"),
+    (float("nan"), "max_mb must be a number of megabytes >= 0 (0: off), got nan"),
+])
+def test_a_bad_size_is_refused_in_words(value, message):
+    from setllm.errors import InputError
+
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    with pytest.raises(InputError) as caught:
+        lm.cache_documents(max_mb=value)
+    assert str(caught.value) == message
 
 
 def test_any_order_and_combination_reuses_pieces_and_gives_the_same_bits(lm):
@@ -126,7 +173,7 @@ def test_a_reading_that_cannot_reuse_says_so_once_and_reads_as_before():
             lm.score(prompt(DOCS[:2]), OPTIONS)
         assert got == want and store.stats().entries == 0
         assert [str(w.message) for w in caught if "read afresh" in str(w.message)] == [
-            "setllm: documents are read afresh: variant 'setmask-setpe' lets a document see text it cannot be cached without "
+            "documents are read afresh: variant 'setmask-setpe' lets a document see text it cannot be cached without "
             "(only 'sbp' reads documents apart)"]
     finally:
         store.clear()
@@ -152,3 +199,14 @@ def test_generation_config_through_the_cache(lm):
         assert lm.generate(prompt(DOCS[:2]), sampled) == lm.generate(prompt(DOCS[1::-1]), sampled)
     finally:
         store.clear()
+
+
+def test_a_request_is_read_the_same_way_whatever_batch_it_comes_in(lm):
+    """A prompt with one set reuses documents, one with none cannot: in one batch each is read
+    as it is alone (the batch never sends the first through the full-prompt forward)."""
+    requests = [lm.score_request(prompt(DOCS[:3]), OPTIONS), lm.score_request("Question: which one jumps?\nAnswer:", OPTIONS)]
+    alone = [lm.score_encoded([r])[0] for r in requests]
+    assert lm.score_encoded(requests) == alone
+    prompts = [lm.encode(prompt(DOCS[:3])), lm.encode("Question: which one jumps?\nAnswer:")]
+    config = GenerationConfig(max_new_tokens=4)
+    assert lm.generate_encoded(prompts, config)[0] == lm.generate_encoded(prompts[:1], config)[0]

@@ -330,3 +330,22 @@ def test_documents_under_sbp_are_read_once_across_orderings_and_say_what_it_save
     assert "documents cached: 92 pieces reused, 16 computed, about" in out and "document_cache" not in fresh
     assert cached["invariance_flips"] == 0 and cached["accuracy"] == fresh["accuracy"]
     assert cached["accuracy_by_gold_position"] == fresh["accuracy_by_gold_position"]
+
+
+def test_a_second_eval_run_reads_the_documents_the_first_kept_on_disk(capsys, tmp_path, sharp_dir):
+    """--cache-dir: the second run (a new process's model, a new memory cache) computes no
+    document, finds every one on disk, and answers with the same bits."""
+    data = tmp_path / "kv.jsonl"
+    run_cli(capsys, "data", "kv-retrieval", "--pairs", "4", "--n", "2", "--seed", "3", "--key-length", "6", "--value-length", "4",
+            "--out", str(data))
+    runs = []
+    for name in ("first", "second"):
+        code, out, err = _eval(capsys, sharp_dir, data, tmp_path / name, "--variant", "sbp", "--gold-positions", "0,-1",
+                               "--cache-dir", str(tmp_path / "kv-cache"))
+        assert code == 0, err
+        runs.append((json.loads((tmp_path / name / "summary.json").read_text()), out))
+    (first, _), (second, out) = runs
+    assert first["document_cache"]["disk_writes"] == 1 + 2 * 4 and first["document_cache"]["disk_hits"] == 0
+    assert second["document_cache"]["misses"] == 0 and second["document_cache"]["disk_hits"] == 1 + 2 * 4
+    assert "(9 from disk), 0 computed" in out
+    assert second["answer_logprob_by_gold_position"] == first["answer_logprob_by_gold_position"]

@@ -106,5 +106,6 @@ def _result_line(s: dict) -> str:
         extra += f"; by gold position: {by}; gap {s['gold_position_gap']:.2f}" + (" (one run per row)" if s["one_run_per_question"] else "")
     if "document_cache" in s:  # documents read once (sbp): what the cache spared, at its own computing rate
         c = s["document_cache"]
-        extra += f"; documents cached: {c['hits']} pieces reused, {c['misses']} computed, about {c['saved_s_estimate']:.1f} s saved"
+        disk = f" ({c['disk_hits']} from disk)" if "disk_hits" in c else ""
+        extra += f"; documents cached: {c['hits']} pieces reused{disk}, {c['misses']} computed, about {c['saved_s_estimate']:.1f} s saved"
     return f"{s['dataset']} {s['split']} n={s['n']} {s['variant']}{template}: {acc}{extra}"

@@ -69,10 +69,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm, judge, adapters = served_models(args)
     warn_if_untrained(lm, args)
+    warn_if_cache_unused(lm, config)
     app = create_app(lm, config, judge, adapters)
     stop_if_interrupted()  # a Ctrl-C that loading swallowed: never start listening after it
     serve(app, config, sock)
     return 0
+
+
+def warn_if_cache_unused(lm, config: ServeConfig) -> None:
+    """``--cache-mb`` asked for under a reading that cannot reuse documents: said once at
+    start, not at the first request (requests that ask for ``variant: sbp`` still use it)."""
+    from ..core.doccache import variant_problem
+
+    why = variant_problem(lm.variant)
+    if config.cache_mb and why:
+        warnings.warn(f"--cache-mb {config.cache_mb:g}: documents are read afresh: {why}; only requests read under 'sbp' use the cache",
+                      SetLLMWarning, stacklevel=2)
 
 
 def with_env_key(config: ServeConfig) -> ServeConfig:

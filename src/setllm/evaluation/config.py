@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.doccache import megabytes
 from ..errors import InputError
 from ..readouts import READOUTS
 from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
@@ -47,6 +48,11 @@ class EvalConfig:
     cache_mb: float = field(default=512.0, metadata=_help(
         "--dataset documents under --variant sbp: keep each document's keys and values (at most MB) and reuse them across the "
         "orderings and questions that share it (setllm.core.doccache); 0: read every document afresh", metavar="MB"))
+    cache_dir: str | None = field(default=None, metadata=_help(
+        "with the document cache: also keep each document's keys and values in this folder (safetensors), where a later "
+        "run (or a server) finds them; at most --cache-dir-mb", metavar="DIR"))
+    cache_dir_mb: float = field(default=2048.0, metadata=_help("most MB of document keys and values in --cache-dir, least recently used out",
+                                                              metavar="MB"))
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
     readout: str | None = field(default=None, metadata=_help(
         "judge datasets: how candidates are scored (setllm.readouts); default: the one the adapter was trained for, else likelihood", choices=list(READOUTS)))
@@ -61,6 +67,10 @@ class EvalConfig:
     progress: bool = field(default=True, metadata=_help("show a progress bar"))
 
     def __post_init__(self) -> None:
+        megabytes("--cache-mb", self.cache_mb)
+        megabytes("--cache-dir-mb", self.cache_dir_mb)
+        if self.cache_dir is not None and self.cache_mb == 0:
+            raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
         if not self.out:
             raise InputError("no output directory: pass --out DIR")
         if self.dataset is None and not self.data_file:

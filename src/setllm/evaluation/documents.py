@@ -40,7 +40,7 @@ def run_documents(lm, cfg: EvalConfig, records: Sequence[docs.DocRecord], source
     one_run = lm.variant.invariant and not cfg.verify_invariance
     settings = {**settings, "gold_positions": cfg.gold_positions}
     # Every row reads its documents as one set: under sbp they are read once, whatever the order.
-    cache = lm.cache_documents(cfg.cache_mb) if cfg.cache_mb > 0 and doccache.variant_problem(lm.variant) is None else None
+    cache = lm.cache_documents(cfg.cache_mb, cfg.cache_dir, cfg.cache_dir_mb) if doccache.variant_problem(lm.variant) is None else None
     with rundir.claimed(cfg.out) as out:
         if cfg.overwrite:
             store.clear(out)
@@ -82,7 +82,9 @@ def _cache_summary(cache) -> dict:
     s = cache.stats()
     return {"document_cache": {"hits": s.hits, "misses": s.misses, "evictions": s.evictions, "bytes": s.bytes,
                                "reused_tokens": s.reused_tokens, "computed_tokens": s.computed_tokens,
-                               "computed_s": round(s.computed_s, 3), "saved_s_estimate": round(s.saved_s, 3)}}
+                               "computed_s": round(s.computed_s, 3), "saved_s_estimate": round(s.saved_s, 3),
+                               **({"disk_hits": s.disk_hits, "disk_writes": s.disk_writes, "disk_refused": s.disk_refused,
+                                   "disk_bytes": s.disk_bytes} if cache.disk is not None else {})}}
 
 
 def _common_keys(rows: Sequence[dict]) -> list[str]:

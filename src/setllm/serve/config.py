@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..core.doccache import megabytes
 from ..errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -31,7 +32,10 @@ class ServeConfig:
             and batch only identical requests if this machine gives other low bits in a batch
             (see docs/serving.md).
         cache_mb: keep documents read under ``sbp`` (:mod:`setllm.core.doccache`), at most
-            this many MB, shared by every reading of the served weights (0: off).
+            this many MB, shared by every reading of the served weights (None: the library's
+            default, :data:`setllm.core.doccache.DEFAULT_MB`; 0: off).
+        cache_dir: also keep them on disk in this folder, found again after a restart (None:
+            memory only); ``cache_dir_mb``: that folder's bound.
         api_key: the key every route but ``/health`` and the page needs, as ``Authorization:
             Bearer KEY`` (None: no key; ``setllm serve`` reads ``$SETLLM_API_KEY`` when the
             flag is not given). Never printed.
@@ -50,9 +54,14 @@ class ServeConfig:
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={
         "help": "check once per machine, in the background, that batching gives bit-identical scores here (--no-batch-check: trust it)"})
-    cache_mb: float = field(default=0.0, metadata={
+    cache_mb: float | None = field(default=None, metadata={
         "help": "keep the keys and values of documents read under --variant sbp (set elements, looked up by content) in at "
-                "most this many MB and reuse them across requests; 0: off", "metavar": "MB"})
+                "most this many MB and reuse them across requests (default: 512); 0: off", "metavar": "MB"})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "also keep the documents' keys and values in this folder (safetensors), where a restarted server, or another "
+                "one sharing the folder, finds them; at most --cache-dir-mb", "metavar": "DIR"})
+    cache_dir_mb: float = field(default=2048.0, metadata={
+        "help": "most MB of document keys and values in --cache-dir, least recently used out", "metavar": "MB"})
     api_key: str | None = field(default=None, repr=False, metadata={
         "help": "require 'Authorization: Bearer KEY' on every route but /health and the page at / (default: $SETLLM_API_KEY; unset: no key)",
         "metavar": "KEY"})
@@ -73,6 +82,11 @@ class ServeConfig:
             raise InputError(f"--batch-window-ms must be between 0 and 1000, got {self.batch_window_ms!r}")
         if self.drain_s is not None and not (isinstance(self.drain_s, (int, float)) and math.isfinite(self.drain_s) and self.drain_s >= 0):
             raise InputError(f"--drain-s must be a number of seconds >= 0, got {self.drain_s!r}")
+        if self.cache_mb is not None:
+            megabytes("--cache-mb", self.cache_mb)
+        megabytes("--cache-dir-mb", self.cache_dir_mb)
+        if self.cache_dir is not None and self.cache_mb == 0:
+            raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
         if not self.host:
             raise InputError("--host must not be empty")
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):

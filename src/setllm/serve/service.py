@@ -60,7 +60,9 @@ class Service:
         self.adapters = dict(adapters or {})
         self.config = config
         self.metrics = Metrics()
-        self.documents = doccache.attach(lm.model, config.cache_mb) if config.cache_mb > 0 else None
+        # Said at start-up (setllm serve), not at the first request: a cache the served reading cannot use.
+        self.documents = doccache.attach(lm.model, doccache.DEFAULT_MB if config.cache_mb is None else config.cache_mb,
+                                         config.cache_dir, config.cache_dir_mb, warn=False)
         self.engines = self._engines()
         self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
         self.check = BatchingCheck(self.engines, self.batcher.call, lm, config.max_batch_size, config.batch_check)
@@ -243,15 +245,24 @@ class Service:
         }
 
     def _document_gauges(self) -> dict[str, tuple[str, Any]]:
-        """The document cache's counts (``--cache-mb``), none where it is off."""
+        """The document cache's counts (``--cache-mb``; on disk, ``--cache-dir``), none where it is off."""
         if self.documents is None:
             return {}
         stat = self.documents.stats
-        return {"setllm_document_cache_hits": ("Document pieces found in the cache.", lambda: stat().hits),
+        gauges = {"setllm_document_cache_hits": ("Document pieces found in the cache.", lambda: stat().hits),
                 "setllm_document_cache_misses": ("Document pieces computed (not in the cache).", lambda: stat().misses),
                 "setllm_document_cache_evictions": ("Document pieces pushed out by newer ones.", lambda: stat().evictions),
                 "setllm_document_cache_bytes": ("Bytes of keys and values the cache holds.", lambda: stat().bytes),
                 "setllm_document_cache_max_bytes": ("The cache's bound in bytes (--cache-mb).", lambda: stat().max_bytes)}
+        if self.documents.disk is None:
+            return gauges
+        return {**gauges,
+                "setllm_document_cache_disk_hits": ("Document pieces found on disk (--cache-dir).", lambda: stat().disk_hits),
+                "setllm_document_cache_disk_writes": ("Document pieces written to disk.", lambda: stat().disk_writes),
+                "setllm_document_cache_disk_refused": ("Damaged or foreign files refused (and computed again).", lambda: stat().disk_refused),
+                "setllm_document_cache_disk_evictions": ("Files pushed out of the folder by newer ones.", lambda: stat().disk_evictions),
+                "setllm_document_cache_disk_bytes": ("Bytes of the files the folder holds.", lambda: stat().disk_bytes),
+                "setllm_document_cache_disk_max_bytes": ("The folder's bound in bytes (--cache-dir-mb).", lambda: stat().disk_max_bytes)}
 
 
 def parse_prompt(value: str | list) -> SetPrompt:
