@@ -1,0 +1,83 @@
+"""Start, serve and stop ``setllm serve --replicas N``: join or start Ray, deploy the
+application (:mod:`.deployments`) on ``--host``/``--port``, wait for a signal, drain, stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..config import ServeConfig
+from .options import RayOptions
+
+APP_NAME = "setllm"
+
+
+def connect(options: RayOptions, cpus: int | None = None) -> str:
+    """Join ``options.ray_address``, or start a local Ray instance with room for every
+    replica (``cpus``: its CPUs; default: this machine's, at least one per replica). Says
+    which, in words."""
+    import ray
+
+    if options.ray_address:
+        ray.init(address=options.ray_address, logging_level=logging.WARNING, log_to_driver=False)
+        return f"Ray cluster at {options.ray_address}"
+    cpus = cpus or max(os.cpu_count() or 1, options.bounds[1])
+    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+             runtime_env={"env_vars": _environment()})
+    return "a local Ray instance"
+
+
+def _environment() -> dict[str, str]:
+    """What replicas on this machine inherit: where setllm is, its threads, offline hubs."""
+    keep = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_OFFLINE")
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("SETLLM_")}
+    if os.environ.get("PYTHONPATH"):  # replicas start elsewhere: a relative entry would point nowhere
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep) if p)
+    return env
+
+
+def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0) -> str:
+    """Deploy on ``config.host``/``config.port`` and wait until every replica has loaded;
+    the endpoint's URL."""
+    from ray import serve
+
+    from .deployments import application
+
+    serve.start(http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
+    serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    return f"http://{host}:{config.port}"
+
+
+def shutdown() -> None:
+    """Drain (replicas finish what they accepted), then stop Serve and Ray."""
+    import ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float) -> None:
+    """The whole life of ``setllm serve --replicas N`` in this process."""
+    started = time.monotonic()
+    where = connect(options)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs handlers of its own
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        url = deploy(make_app, config, options, gpus)
+        scaling = f"{options.bounds[0]} to {options.bounds[1]} (autoscaling)" if options.autoscaling else str(options.replicas)
+        print(f"setllm serve: {scaling} replica(s) on Ray Serve ({where}), router {options.router}; ready in "
+              f"{time.monotonic() - started:.1f} s\nsetllm serve: listening on {url}; Ctrl-C stops", file=sys.stderr, flush=True)
+        stop.wait()
+        print("setllm serve: stopping; replicas finish the requests they accepted", file=sys.stderr, flush=True)
+    finally:
+        shutdown()
+    print("setllm serve: stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,51 @@
+"""`setllm serve --replicas N` without Ray: one line and exit 2; without --replicas nothing
+of Ray is imported; the Ray flags are checked before anything loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from tiny import run_cli
+
+
+def test_replicas_without_ray_is_refused_in_one_line(capsys, monkeypatch, model_dir):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] == "ray" else find_spec(name, *a))
+    code, out, err = run_cli(capsys, "serve", "--model", model_dir, "--replicas", "2", "--port", "0")
+    assert code == 2 and out == ""
+    assert err.strip() == "error: --replicas needs Ray Serve (ray[serve]==2.60.0): pip install 'setllm[ray]'"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--replicas", "0"], "error: --replicas must be an integer >= 1, got 0"),
+    (["--max-replicas", "3"], "error: --max-replicas needs --replicas N"),
+    (["--ray-address", "auto"], "error: --ray-address needs --replicas N"),
+    (["--replicas", "4", "--max-replicas", "3"], "error: --replicas 4 must lie between --min-replicas 4 and --max-replicas 3"),
+])
+def test_ray_flags_are_checked_before_anything_loads(capsys, flags, message):
+    code, _, err = run_cli(capsys, "serve", "--model", "/no/such/model", *flags)
+    assert code == 2 and err.strip() == message
+
+
+def test_one_server_imports_nothing_of_ray(model_dir):
+    script = f"""
+import sys
+from setllm.cli import main
+try:
+    main(["serve", "--help"])
+except SystemExit:
+    pass
+from setllm.cli.serve import replica_app
+from setllm.cli import build_parser
+from setllm.cli.common import config_from_args
+from setllm.serve import ServeConfig
+args = build_parser("serve")[1].parse_args(["--model", {model_dir!r}, "--adapter", "none"])
+replica_app(args, config_from_args(ServeConfig, args))
+print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
