@@ -28,18 +28,15 @@ def connect(options: RayOptions, cpus: int | None = None) -> str:
         ray.init(address=options.ray_address, logging_level=logging.WARNING, log_to_driver=False)
         return f"Ray cluster at {options.ray_address}"
     cpus = cpus or max(os.cpu_count() or 1, options.bounds[1])
-    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-             runtime_env={"env_vars": _environment()})
+    _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
+    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "a local Ray instance"
 
 
-def _environment() -> dict[str, str]:
-    """What replicas on this machine inherit: where setllm is, its threads, offline hubs."""
-    keep = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_OFFLINE")
-    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("SETLLM_")}
-    if os.environ.get("PYTHONPATH"):  # replicas start elsewhere: a relative entry would point nowhere
-        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep) if p)
-    return env
+def _absolute_pythonpath() -> None:
+    """Replicas start in other folders: a relative ``$PYTHONPATH`` entry would point nowhere."""
+    if os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep) if p)
 
 
 def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0) -> str:
@@ -49,6 +46,7 @@ def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions
 
     from .deployments import application
 
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its INFO lines: the announcement says it
     serve.start(http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
     serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
     host = f"[{config.host}]" if ":" in config.host else config.host
