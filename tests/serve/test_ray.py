@@ -1,7 +1,7 @@
 """`setllm serve --replicas 2` on a local Ray instance (one for the whole module, on the CPU):
 every answer equals the single server's bit for bit, errors included; a set of documents
 goes to the replica that holds it, in any order; /metrics shows each replica's cache and the
-router's decisions; SIGTERM stops every replica. About 40 s, most of it Ray's start."""
+router's decisions; SIGTERM drains as the single server does. About 45 s, most of it Ray's start."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,11 +27,13 @@ KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 DOCS = ["Paris is in France.", "Rome is in Italy.", "Bern is in Switzerland.", "Oslo is in Norway.", "Lima is in Peru."]
 START_S = 150
+N_RUNNING = 24  # generations running when the stop comes
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def flags(model_dir: str) -> list[str]:
-    return ["--model", model_dir, "--adapter", "none", "--variant", "sbp", "--cache-mb", "10", "--no-batch-check", "--api-key", KEY]
+    return ["--model", model_dir, "--adapter", "none", "--variant", "sbp", "--cache-mb", "10", "--no-batch-check", "--api-key", KEY,
+            "--max-batch-size", "2"]  # batches, small enough that a stop finds requests still running
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +140,33 @@ def _value(text: str, series: str) -> float:
     return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series + " ")), 0.0)
 
 
-def test_sigterm_stops_every_replica(ray_server):
+def test_sigterm_finishes_accepted_requests_turns_new_ones_away_and_stops(ray_server):
     proc, url = ray_server
+    results = []
+
+    def generate():
+        r = httpx.post(f"{url}/v1/generate", json={"prompt": "Say:", "max_new_tokens": 150}, headers=AUTH, timeout=60)
+        results.append((r.status_code, bool(r.json().get("text"))))
+
+    workers = [threading.Thread(target=generate) for _ in range(N_RUNNING)]
+    for w in workers:
+        w.start()
+    deadline = time.monotonic() + 20
+    while _value(httpx.get(f"{url}/metrics", headers=AUTH).text, "setllm_endpoint_requests_in_flight") < N_RUNNING // 2:
+        assert time.monotonic() < deadline, "the requests never started"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
+    while httpx.get(f"{url}/health", timeout=10).status_code == 200:  # until the drain begins
+        assert time.monotonic() < deadline, "the drain never began"
+        time.sleep(0.01)
+    late = httpx.post(f"{url}/v1/choose", json={"question": "Which?", "options": ["a", "b"]}, headers=AUTH, timeout=10)
+    assert late.status_code == 503 and late.json() == {"error": "server is shutting down"}
+    for w in workers:
+        w.join(timeout=60)
+    assert results == [(200, True)] * N_RUNNING  # every accepted request was answered
     proc.wait(timeout=60)
     rest = proc.stderr.read()
     assert proc.returncode == 0, rest
-    assert rest.rstrip().endswith("setllm serve: stopped")
+    assert "setllm serve: stopping; finishing" in rest and rest.rstrip().endswith("setllm serve: stopped")
     with pytest.raises(httpx.TransportError):
         httpx.get(url + "/health", timeout=2)

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..auth import refusal
 from ..config import ServeConfig
+from ..errors import ApiError, ShuttingDown
 from ..metrics import CONTENT_TYPE, Metrics, _esc, _header, _num
 from .documents import request_documents
 
@@ -38,12 +39,28 @@ class Ingress:
         self.metrics = Metrics()
         self.replicas: dict[str, dict[str, float]] = {}  # each replica's counts, as of its latest answer
         self.answered: dict[str, int] = {}
+        self.draining = False
+        self.in_flight = 0  # requests forwarded and not answered yet
 
     async def __call__(self, request: Request) -> Response:
         start, path = time.perf_counter(), request.url.path
-        response = self.own_metrics(request) if path == "/metrics" else await self.forward(request)
+        if path == "/metrics":
+            response = self.own_metrics(request)
+        elif self.draining:  # as the single server: new requests (and /health) get 503 while accepted ones finish
+            response = _error(ShuttingDown("server is shutting down"))
+        else:
+            self.in_flight += 1
+            try:
+                response = await self.forward(request)
+            finally:
+                self.in_flight -= 1
         self.metrics.observe_request(path if path in KNOWN else "other", response.status_code, time.perf_counter() - start)
         return response
+
+    def drain(self) -> int:
+        """Turn new requests away from now on; the requests still being answered."""
+        self.draining = True
+        return self.in_flight
 
     async def forward(self, request: Request) -> Response:
         body = await request.body()
@@ -63,13 +80,15 @@ class Ingress:
     def own_metrics(self, request: Request) -> Response:
         denied = refusal("/metrics", request.headers.get("authorization"), self.config.api_key)
         if denied:
-            return JSONResponse({"error": denied.message}, status_code=denied.status, headers=denied.headers)
+            return _error(denied)
         return Response(self.render(), media_type=CONTENT_TYPE)
 
     def render(self) -> str:
         from .tally import DECISIONS, HELD  # the router of this process's handle
 
-        text = self.metrics.render({})
+        text = self.metrics.render({"setllm_endpoint_requests_in_flight": ("Requests the endpoint is answering (forwarded to replicas).",
+                                                                            lambda: self.in_flight),
+                                    "setllm_draining": ("1 while the endpoint shuts down.", lambda: int(self.draining))})
         lines = [*_header("setllm_router_decisions_total", "counter", "Requests routed, by why: affinity (to the replica holding the most "
                           "of its documents), load (imbalance or a refused replica), no_documents, new_documents (none held anywhere).")]
         lines += [f'setllm_router_decisions_total{{reason="{r}"}} {n}' for r, n in sorted(DECISIONS.items())]
@@ -83,6 +102,10 @@ class Ingress:
                 lines += [*_header(name, "gauge", help_ + " As of its latest answer."),
                           *(f'{name}{{replica="{_esc(r)}"}} {_num(v)}' for r, v in rows)]
         return text + "\n".join(lines) + "\n"
+
+
+def _error(err: ApiError) -> JSONResponse:
+    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
 
 
 def stat_total(metrics_text: str, name: str) -> float:

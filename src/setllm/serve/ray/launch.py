@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import ServeConfig
+from ..server import drain_limit
 from .options import RayOptions
 
 APP_NAME = "setllm"
@@ -63,19 +64,39 @@ def shutdown() -> None:
 
 
 def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float) -> None:
-    """The whole life of ``setllm serve --replicas N`` in this process."""
+    """The whole life of ``setllm serve --replicas N`` in this process. A signal drains as the
+    single server does: new requests get 503, accepted ones finish (up to ``--drain-s``, by
+    default ``--timeout-s``; a second signal stops at once), then every replica stops."""
     started = time.monotonic()
     where = connect(options)
-    stop = threading.Event()
+    signals = threading.Semaphore(0)
     for sig in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs handlers of its own
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: signals.release())
     try:
         url = deploy(make_app, config, options, gpus)
         scaling = f"{options.bounds[0]} to {options.bounds[1]} (autoscaling)" if options.autoscaling else str(options.replicas)
         print(f"setllm serve: {scaling} replica(s) on Ray Serve ({where}), router {options.router}; ready in "
               f"{time.monotonic() - started:.1f} s\nsetllm serve: listening on {url}; Ctrl-C stops", file=sys.stderr, flush=True)
-        stop.wait()
-        print("setllm serve: stopping; replicas finish the requests they accepted", file=sys.stderr, flush=True)
+        while not signals.acquire(timeout=0.5):  # a timeout: so Python runs the handler soon after the signal
+            pass
+        drain(drain_limit(config), forced=lambda: signals.acquire(blocking=False))
     finally:
         shutdown()
     print("setllm serve: stopped", file=sys.stderr, flush=True)
+
+
+def drain(limit_s: float, forced: Callable[[], bool]) -> None:
+    """New requests get 503 from now on; wait until those accepted are answered (at most
+    ``limit_s``, or until ``forced()``)."""
+    from ray import serve
+
+    ingress = serve.get_app_handle(APP_NAME)
+    busy = ingress.drain.remote().result()
+    print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503 (a second Ctrl-C stops now)",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + limit_s
+    while busy and time.monotonic() < deadline and not forced():
+        time.sleep(0.05)
+        busy = ingress.drain.remote().result()
+    if busy:
+        print(f"setllm serve: stopping with {busy} request(s) unanswered", file=sys.stderr, flush=True)
