@@ -63,9 +63,14 @@ def run(args, bodies: list[dict], extra: list[str]) -> dict:
         proc.terminate()
         proc.wait(timeout=120)
     hits, misses = total(metrics, "setllm_document_cache_hits"), total(metrics, "setllm_document_cache_misses")
-    decisions = {line.split('"')[1]: int(float(line.split()[-1])) for line in metrics.splitlines() if line.startswith("setllm_router_decisions_total{")}
     return {"start_to_health_s": round(start_s, 1), "seconds": round(seconds, 1), "hits": hits, "misses": misses,
-            "hit_rate": round(hits / (hits + misses), 4), "decisions": decisions, "answers": answers}
+            "hit_rate": round(hits / (hits + misses), 4), "decisions": labelled(metrics, "setllm_router_decisions_total"),
+            "requests_per_replica": sorted(labelled(metrics, "setllm_replica_requests_total").values(), reverse=True), "answers": answers}
+
+
+def labelled(metrics: str, name: str) -> dict[str, int]:
+    """``name``'s value by its one label's value."""
+    return {line.split('"')[1]: int(float(line.split()[-1])) for line in metrics.splitlines() if line.startswith(name + "{")}
 
 
 def total(metrics: str, name: str) -> int:
@@ -104,15 +109,17 @@ def main() -> int:
     one = run(args, bodies, [])
     result = {"questions": len(bodies), "pool": args.pool, "per_question": args.per, "asks_per_set": args.asks, "clients": args.clients,
               "one_server": {k: v for k, v in one.items() if k != "answers"}}
-    print(f"one server: hit rate {one['hit_rate']:.3f}, {one['start_to_health_s']} s to /health", flush=True)
+    print(f"one server: hit rate {one['hit_rate']:.3f}, {one['seconds']} s for the stream, {one['start_to_health_s']} s to /health", flush=True)
     for router in args.routers.split(","):
         got = run(args, bodies, ["--replicas", str(args.replicas), "--router", router])
         differ = sum(a != b for a, b in zip(got.pop("answers"), one["answers"]))
-        got |= {"of_one_server": round(got["hit_rate"] / one["hit_rate"], 4), "answers_differing": differ,
+        got |= {"of_one_server": round(got["hit_rate"] / one["hit_rate"], 4), "misses_over_one_server": round(got["misses"] / one["misses"], 2),
+                "answers_differing": differ,
                 "start_vs_one_server": round(got["start_to_health_s"] / one["start_to_health_s"], 2)}
         result[f"replicas_{router}"] = got
-        print(f"{args.replicas} replicas, router {router}: hit rate {got['hit_rate']:.3f} ({got['of_one_server']:.0%} of one server's), "
-              f"{differ} answers differ, {got['start_to_health_s']} s to /health", flush=True)
+        print(f"{args.replicas} replicas, router {router}: hit rate {got['hit_rate']:.3f} ({got['of_one_server']:.0%} of one server's, "
+              f"{got['misses_over_one_server']}x its misses), requests per replica {got['requests_per_replica']}, {differ} answers differ, "
+              f"{got['seconds']} s for the stream, {got['start_to_health_s']} s to /health", flush=True)
     emit(result, args.json)
     return 0
 

@@ -31,17 +31,24 @@ N_RUNNING = 24  # generations running when the stop comes
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def flags(model_dir: str) -> list[str]:
-    return ["--model", model_dir, "--adapter", "none", "--variant", "sbp", "--cache-mb", "10", "--no-batch-check", "--api-key", KEY,
-            "--max-batch-size", "2"]  # batches, small enough that a stop finds requests still running
+def flags(model_dir: str, adapter: str) -> list[str]:
+    return ["--model", model_dir, "--adapter", "none", "--adapter", f"extra={adapter}", "--variant", "sbp", "--cache-mb", "10",
+            "--no-batch-check", "--api-key", KEY, "--max-batch-size", "2"]  # batches, small enough that a stop finds requests still running
 
 
 @pytest.fixture(scope="module")
-def ray_server(model_dir):
+def adapter(model_dir, tmp_path_factory):
+    from tiny import tiny_adapter
+
+    return tiny_adapter(model_dir, tmp_path_factory.mktemp("adapter") / "extra", seed=3, variant="sbp")
+
+
+@pytest.fixture(scope="module")
+def ray_server(model_dir, adapter):
     """``(process, url)``: `setllm serve --replicas 2` on a free loopback port."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "SETLLM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0", "--replicas", "2", *flags(model_dir)],
+    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0", "--replicas", "2", *flags(model_dir, adapter)],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     lines, deadline = [], time.monotonic() + START_S
     try:
@@ -64,7 +71,7 @@ def ray_server(model_dir):
 
 
 @pytest.fixture(scope="module")
-def one_server(model_dir):
+def one_server(model_dir, adapter):
     """The single server of the same flags, in-process."""
     from setllm.cli import build_parser
     from setllm.cli.common import config_from_args
@@ -72,7 +79,7 @@ def one_server(model_dir):
     from setllm.serve import ServeConfig
 
     _, parser = build_parser("serve")
-    args = parser.parse_args(flags(model_dir))
+    args = parser.parse_args(flags(model_dir, adapter))
     with TestClient(replica_app(args, config_from_args(ServeConfig, args)), raise_server_exceptions=False) as client:
         yield client
 
@@ -84,6 +91,8 @@ REQUESTS = [
     ("POST", "/v1/score", {"prompt": "Read:\n{{" + "||".join(DOCS[1:]) + "}} Which one?"}),
     ("POST", "/v1/choose", {"question": "Which city?", "options": ["Paris", "Rome", "Bern"]}),
     ("POST", "/v1/generate", {"prompt": "Read:\n{{" + "||".join(DOCS[:3]) + "}} Say:", "max_new_tokens": 5}),
+    ("POST", "/v1/answer", {"documents": DOCS[::-1], "question": "Where is Rome?", "max_new_tokens": 4, "adapter": "extra"}),
+    ("POST", "/v1/score", {"prompt": "Read:\n{{" + "||".join(DOCS) + "}} Which one?", "options": [" Paris"], "adapter": "base"}),
     ("POST", "/v1/judge", {"instruction": "Name a city.", "candidates": ["Paris", "a dog"]}),
     ("GET", "/v1/models", None),
     ("POST", "/v1/choose", {"question": "Which city?"}),  # 422

@@ -9,7 +9,7 @@ import json
 
 from setllm.core.dockeys import document_keys
 from setllm.serve.ray.documents import request_documents
-from setllm.serve.ray.routing import AFFINITY, LOAD, NEW_DOCUMENTS, NO_DOCUMENTS, Holdings, decide
+from setllm.serve.ray.routing import AFFINITY, LOAD, NEW_DOCUMENTS, NO_DOCUMENTS, Decision, Holdings, decide
 from setllm.tasks.documents import documents_prompt
 
 DOCS = ["Paris is in France.", "Rome is in Italy.", "Bern is in Switzerland.", "Oslo is in Norway.", "Lima is in Peru."]
@@ -73,11 +73,22 @@ def test_load_decides_without_documents_without_holders_or_when_imbalanced():
     keys = keys_of(DOCS)
     holdings = held(a=keys)
     assert decide([], holdings, {"a": 0, "b": 0}, 4).reason == NO_DOCUMENTS
-    assert decide(keys_of(["Kyiv is in Ukraine.", "Riga is in Latvia."]), holdings, {"a": 0, "b": 0}, 4).reason == NEW_DOCUMENTS
+    assert decide(keys_of(["Kyiv is in Ukraine.", "Riga is in Latvia."]), holdings, {"a": 0, "b": 0}, 4) == Decision(("b",), NEW_DOCUMENTS)
     assert decide(keys, holdings, {"a": 4, "b": 0}, 4).replicas == ("a",)  # a difference of the threshold: still by documents
     imbalanced = decide(keys, holdings, {"a": 6, "b": 1}, 4)
     assert imbalanced.reason == LOAD and imbalanced.replicas == ()
     assert decide(keys, holdings, {}, 4).reason == LOAD
+
+
+def test_a_set_mostly_new_spreads_to_the_replica_holding_the_fewest_documents():
+    keys, more = keys_of(DOCS), keys_of([f"Town {i} is on river {i}." for i in range(8)])
+    holdings = held(a=[keys[0], *more], b=more[:3])  # a holds one of the five: not enough to follow it there
+    assert decide(keys, holdings, {"a": 0, "b": 0}, 4) == Decision(("b",), NEW_DOCUMENTS)
+    holdings["b"].add(keys[1:3])  # b holds two, a one: still under half
+    assert decide(keys, holdings, {"a": 0, "b": 0}, 4) == Decision(("b",), NEW_DOCUMENTS)
+    holdings["a"].add(keys[1:3])  # a holds three of five
+    assert decide(keys[::-1], holdings, {"a": 3, "b": 0}, 4) == Decision(("a",), AFFINITY)
+    assert decide(keys, holdings, {"a": 3, "b": 0}, 4, share=0.8).reason == NEW_DOCUMENTS
 
 
 def test_holdings_keep_the_most_recent_documents():

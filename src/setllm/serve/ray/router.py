@@ -24,7 +24,7 @@ from ray.serve.request_router import (
 )
 
 from . import tally
-from .routing import AFFINITY, LOAD, Decision, Holdings, decide
+from .routing import LOAD, Decision, Holdings, decide
 
 
 class DocumentRouter(LocalityMixin, MultiplexMixin, RequestRouter):
@@ -60,7 +60,7 @@ class DocumentRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         rid = pending_request.metadata.internal_request_id
         decision = self.decisions.pop(rid, Decision((), LOAD))
-        reason = decision.reason if decision.reason != AFFINITY or replica_id in decision.replicas else LOAD
+        reason = decision.reason if not decision.replicas or replica_id in decision.replicas else LOAD  # refused: went by load
         tally.DECISIONS[reason] += 1
         held = self.holdings.setdefault(replica_id, Holdings(self.capacity))
         held.add(self.documents(pending_request))

@@ -26,11 +26,18 @@ class Decision:
     reason: str
 
 
-def decide(documents: Sequence[str], holdings: Mapping[Hashable, Holdings], in_flight: Mapping[Hashable, int], imbalance: int) -> Decision:
+def decide(documents: Sequence[str], holdings: Mapping[Hashable, Holdings], in_flight: Mapping[Hashable, int], imbalance: int,
+           share: float = 0.5) -> Decision:
     """The decision for a request with ``documents`` (keys, any order) among the replicas of
-    ``in_flight`` (their requests in flight): by load where it has no documents, where the
-    load differs by more than ``imbalance`` or where no replica holds any of them; else the
-    replicas that hold the most of them."""
+    ``in_flight`` (their requests in flight):
+
+    - by load where it has no documents, or where the load differs by more than ``imbalance``;
+    - to the replicas that hold the most of its documents, where one holds at least ``share``
+      of them (affinity);
+    - else to the replicas that hold the fewest documents (new documents spread the caches:
+      otherwise every set sharing one document with a busy replica would follow it there,
+      and one replica would end up with every request).
+    """
     if not in_flight:
         return Decision((), LOAD)
     if not documents:
@@ -40,9 +47,10 @@ def decide(documents: Sequence[str], holdings: Mapping[Hashable, Holdings], in_f
     wanted = set(documents)
     held = {r: holdings[r].count(wanted) if r in holdings else 0 for r in in_flight}
     most = max(held.values())
-    if most == 0:
-        return Decision((), NEW_DOCUMENTS)
-    return Decision(tuple(r for r in in_flight if held[r] == most), AFFINITY)
+    if most and most >= share * len(wanted):
+        return Decision(tuple(r for r in in_flight if held[r] == most), AFFINITY)
+    size = {r: len(holdings[r]) if r in holdings else 0 for r in in_flight}
+    return Decision(tuple(r for r in in_flight if size[r] == min(size.values())), NEW_DOCUMENTS)
 
 
 class Holdings:
