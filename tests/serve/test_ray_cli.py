@@ -4,6 +4,7 @@ of Ray is imported; the Ray flags are checked before anything loads."""
 from __future__ import annotations
 
 import importlib.util
+import socket
 import subprocess
 import sys
 
@@ -28,6 +29,15 @@ def test_replicas_without_ray_is_refused_in_one_line(capsys, monkeypatch, model_
 def test_ray_flags_are_checked_before_anything_loads(capsys, flags, message):
     code, _, err = run_cli(capsys, "serve", "--model", "/no/such/model", *flags)
     assert code == 2 and err.strip() == message
+
+
+def test_a_cluster_nobody_runs_is_one_line(capsys, model_dir):
+    pytest.importorskip("ray.serve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    code, _, err = run_cli(capsys, "serve", "--model", model_dir, "--replicas", "1", "--ray-address", f"127.0.0.1:{port}", "--port", "0")
+    assert code == 2 and err.startswith(f"error: --ray-address 127.0.0.1:{port}: cannot join the Ray cluster (") and err.count("\n") == 1
 
 
 def test_one_server_imports_nothing_of_ray(model_dir):

@@ -134,7 +134,8 @@ def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOpti
     (:func:`replica_app`), behind one endpoint on ``--host``/``--port``."""
     import functools
 
-    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.serve") is None:
+    ray = importlib.util.find_spec("ray")  # finding ray.serve would import ray, before --ray-address can set it up
+    if ray is None or not any((Path(p) / "serve").is_dir() for p in ray.submodule_search_locations or ()):
         raise InputError(f"--replicas needs Ray Serve ({RAY_PIN}): pip install 'setllm[ray]'")
     from ..serve.server import open_socket
 

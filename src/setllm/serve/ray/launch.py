@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from ...errors import InputError
 from ..config import ServeConfig
 from ..server import drain_limit
 from .options import RayOptions
@@ -23,15 +27,41 @@ def connect(options: RayOptions, cpus: int | None = None) -> str:
     """Join ``options.ray_address``, or start a local Ray instance with room for every
     replica (``cpus``: its CPUs; default: this machine's, at least one per replica). Says
     which, in words."""
+    if options.ray_address:
+        _reachable(options.ray_address)
+        _token_auth_if_token()  # before Ray reads its configuration, on import
     import ray
 
     if options.ray_address:
-        ray.init(address=options.ray_address, logging_level=logging.WARNING, log_to_driver=False)
-        return f"Ray cluster at {options.ray_address}"
+        try:
+            ray.init(address=options.ray_address, logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise InputError(f"--ray-address {options.ray_address}: cannot join the Ray cluster ({str(e).splitlines()[0]})") from None
+        return f"the Ray cluster at {options.ray_address}"
     cpus = cpus or max(os.cpu_count() or 1, options.bounds[1])
     _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
-    ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "a local Ray instance"
+
+
+def _reachable(address: str) -> None:
+    """A ``HOST:PORT`` nobody listens on is one line now (Ray would retry for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: cannot join the Ray cluster ({e.strerror or e})") from None
+
+
+def _token_auth_if_token() -> None:
+    """A cluster started by ``ray start`` authenticates with the token it saved in
+    ``~/.ray/auth_token``; Ray 2.60 sends it for ``--ray-address auto`` but not for an explicit
+    address unless ``RAY_AUTH_MODE=token`` says so."""
+    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").exists()):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _absolute_pythonpath() -> None:
@@ -49,17 +79,37 @@ def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its INFO lines: the announcement says it
     serve.start(http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
-    serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
+    try:
+        serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
+    except RuntimeError:
+        why = _replica_error(serve.status())
+        if why is None:
+            raise
+        raise InputError(why) from None
     host = f"[{config.host}]" if ":" in config.host else config.host
     return f"http://{host}:{config.port}"
 
 
-def shutdown() -> None:
-    """Drain (replicas finish what they accepted), then stop Serve and Ray."""
+def _replica_error(status) -> str | None:
+    """The message of the setllm error a replica failed to start with (a model that is not
+    there, say), as the single server would print it; None if it was something else."""
+    app = status.applications.get(APP_NAME)
+    for deployment in app.deployments.values() if app else ():
+        last = deployment.message.strip().splitlines()[-1:] if deployment.message else []
+        found = re.match(r"setllm\.errors\.\w+: (.*)", last[0]) if last else None
+        if found:
+            return found.group(1)
+    return None
+
+
+def shutdown(joined: bool) -> None:
+    """Stop the application: on a cluster that was ``joined``, delete it (replicas finish what
+    they accepted; Serve and the cluster stay); the local instance stops whole."""
     import ray
     from ray import serve
 
-    serve.shutdown()
+    if joined:
+        serve.delete(APP_NAME)
     ray.shutdown()
 
 
@@ -81,7 +131,7 @@ def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options
             pass
         drain(drain_limit(config), forced=lambda: signals.acquire(blocking=False))
     finally:
-        shutdown()
+        shutdown(joined=options.ray_address is not None)
     print("setllm serve: stopped", file=sys.stderr, flush=True)
 
 
