@@ -59,3 +59,34 @@ print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def engine_config(options, **config):
+    """The engine deployment's Ray Serve config for ``options`` (nothing started)."""
+    pytest.importorskip("ray.serve")
+    from setllm.serve import ServeConfig
+    from setllm.serve.ray.deployments import application
+
+    ingress = application(print, ServeConfig(**config), options)._bound_deployment
+    engine = ingress.init_args[0]._bound_deployment
+    return engine._deployment_config, engine.ray_actor_options
+
+
+def test_autoscaling_bounds_the_router_and_a_gpu_per_replica_pass_to_ray_serve():
+    from setllm.serve.ray.options import RayOptions
+
+    scaled, _ = engine_config(RayOptions(replicas=2, min_replicas=1, max_replicas=4, target_in_flight=3), max_queue=10, max_batch_size=4)
+    a = scaled.autoscaling_config
+    assert (a.min_replicas, a.initial_replicas, a.max_replicas, a.target_ongoing_requests) == (1, 2, 4, 3)
+    assert scaled.max_ongoing_requests == 14  # past the replica's own queue it answers 503 itself
+    assert scaled.request_router_config.request_router_class == "setllm.serve.ray.router.DocumentRouter"
+    fixed, actor = engine_config(RayOptions(replicas=3, router="power-of-two"))
+    assert fixed.autoscaling_config is None and fixed.num_replicas == 3 and fixed.request_router_config.is_default_request_router()
+    first, _ = engine_config(RayOptions(replicas=2, router="first-document", imbalance=7))
+    assert first.request_router_config.request_router_kwargs == {"imbalance": 7, "first_only": True}
+    assert actor["num_gpus"] == 0
+    from setllm.serve import ServeConfig
+    from setllm.serve.ray.deployments import application
+
+    on_gpu = application(print, ServeConfig(), RayOptions(replicas=2), gpus=1.0)._bound_deployment.init_args[0]._bound_deployment
+    assert on_gpu.ray_actor_options["num_gpus"] == 1

@@ -34,7 +34,8 @@ def _prompts(path: str, data: dict[str, Any]) -> list[SetPrompt]:
     if path == "/v1/answer":
         from ...tasks.documents import documents_prompt
 
-        return [documents_prompt(list(data["documents"]), data["question"])]
+        documents = data["documents"]
+        return [documents_prompt(documents, data["question"])] if isinstance(documents, list) else []
     if path in ("/v1/score", "/v1/generate"):
         prompt = data["prompt"]
         return [parse_markup(prompt) if isinstance(prompt, str) else as_prompt(prompt)]
