@@ -5,6 +5,7 @@ answers itself: every replica's counts and the router's decisions in one place."
 
 from __future__ import annotations
 
+import logging
 import time
 
 from starlette.requests import Request
@@ -12,10 +13,11 @@ from starlette.responses import JSONResponse, Response
 
 from ..auth import refusal
 from ..config import ServeConfig
-from ..errors import ApiError, ShuttingDown
+from ..errors import ApiError, QueueFull, ShuttingDown
 from ..metrics import CONTENT_TYPE, Metrics, _esc, _header, _num
 from .documents import request_documents
 
+log = logging.getLogger("setllm.serve")
 REPLICA_HEADER = "x-setllm-replica"  # which replica answered (the name /metrics labels it by)
 REPLICA_GAUGES = {  # replica stat -> (metric, help)
     "hits": ("setllm_document_cache_hits", "Document pieces found in the replica's cache."),
@@ -67,7 +69,11 @@ class Ingress:
         path = request.url.path
         sent = {"method": request.method, "path": path, "query": request.url.query, "headers": list(request.headers.items()),
                 "body": body, "documents": request_documents(path, body) if request.method == "POST" else []}
-        out = await self.engine.remote(sent)
+        try:
+            out = await self.engine.remote(sent)
+        except Exception as e:  # noqa: BLE001 - the replica died or left mid-request: the client may retry elsewhere
+            log.warning("a replica failed to answer %s: %s", path, e)
+            return _error(QueueFull("the replica answering this request stopped; retry it"))
         name = out["replica"]
         self.replicas[name] = out["stats"]
         self.answered[name] = self.answered.get(name, 0) + 1

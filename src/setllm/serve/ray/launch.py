@@ -28,17 +28,25 @@ def connect(options: RayOptions, cpus: int | None = None) -> str:
     replica (``cpus``: its CPUs; default: this machine's, at least one per replica). Says
     which, in words."""
     if options.ray_address:
-        _reachable(options.ray_address)
-        _token_auth_if_token()  # before Ray reads its configuration, on import
+        return _join(options.ray_address)
+    return _start_local(cpus or max(os.cpu_count() or 1, options.bounds[1]))
+
+
+def _join(address: str) -> str:
+    _reachable(address)
+    _token_auth_if_token()  # before Ray reads its configuration, on import
     import ray
 
-    if options.ray_address:
-        try:
-            ray.init(address=options.ray_address, logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise InputError(f"--ray-address {options.ray_address}: cannot join the Ray cluster ({str(e).splitlines()[0]})") from None
-        return f"the Ray cluster at {options.ray_address}"
-    cpus = cpus or max(os.cpu_count() or 1, options.bounds[1])
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise InputError(f"--ray-address {address}: cannot join the Ray cluster ({str(e).splitlines()[0]})") from None
+    return f"the Ray cluster at {address}"
+
+
+def _start_local(cpus: int) -> str:
+    import ray
+
     _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
     # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
