@@ -142,10 +142,10 @@ def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOpti
     sock = open_socket(config.host, config.port)  # a taken port fails before Ray starts; port 0 picks one
     config = dataclasses.replace(config, port=sock.getsockname()[1])
     sock.close()
-    options_ = config_from_args(LoadOptions, args)
+    load = config_from_args(LoadOptions, args)
     from ..serve.ray.launch import serve_until_signal
 
-    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, gpus=1.0 if _on_cuda(options_) else 0.0)
+    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, gpus=1.0 if _on_cuda(load) else 0.0)
     return 0
 
 
