@@ -19,13 +19,14 @@ from pathlib import Path
 from ..errors import InputError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
+from ..serve.ray.options import RAY_PIN, RayOptions
 from .common import add_command, config_from_args, load_setllm, stop_if_interrupted, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
 
 
 def add_parser(sub, name: str = "serve"):
-    p = add_command(sub, name, [ServeConfig, LoadOptions], help=HELP,
+    p = add_command(sub, name, [ServeConfig, LoadOptions, RayOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
                                 "/v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/completions (OpenAI-compatible), /health, "
                                 "/metrics. Several adapters share one copy of the base weights: a request names its adapter "
@@ -63,6 +64,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install -e '.[serve]'")
+    replicas = config_from_args(RayOptions, args)
+    if replicas.replicas is not None:
+        return serve_on_ray(args, config, replicas)
     from ..serve.app import create_app
     from ..serve.server import open_socket, serve
 
@@ -133,6 +137,49 @@ def served_models(args: argparse.Namespace):
     bank = AdapterBank.load(options, {**paths, **named})
     views = dict(bank)  # every adapter, then none and base
     return views[main_name], views.get("judge"), views
+
+
+# -- --replicas N: the same server as N replicas on Ray Serve (setllm.serve.ray) ----------------
+
+def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOptions) -> int:
+    """``setllm serve --replicas N``: each replica loads the model as this command would
+    (:func:`replica_app`), behind one endpoint on ``--host``/``--port``."""
+    import functools
+
+    ray = importlib.util.find_spec("ray")  # finding ray.serve would import ray, before --ray-address can set it up
+    if ray is None or not any((Path(p) / "serve").is_dir() for p in ray.submodule_search_locations or ()):
+        raise InputError(f"--replicas needs Ray Serve ({RAY_PIN}): pip install 'setllm[ray]'")
+    from ..serve.server import open_socket
+
+    sock = open_socket(config.host, config.port)  # a taken port fails before Ray starts; port 0 picks one
+    config = dataclasses.replace(config, port=sock.getsockname()[1])
+    sock.close()
+    load = config_from_args(LoadOptions, args)
+    from ..serve.ray.launch import serve_until_signal
+
+    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, gpus=1.0 if _on_cuda(load) else 0.0)
+    return 0
+
+
+def replica_app(args: argparse.Namespace, config: ServeConfig):
+    """One replica's server: the models this command serves, in the app it serves them with."""
+    from ..serve.app import create_app
+
+    lm, judge, adapters = served_models(args)
+    return create_app(lm, config, judge, adapters)
+
+
+def _plain(args: argparse.Namespace) -> argparse.Namespace:
+    """The flags alone, to send to the replicas."""
+    return argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
+
+
+def _on_cuda(options: LoadOptions) -> bool:
+    if options.device is not None:
+        return options.device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def main(argv: list[str] | None = None) -> int:

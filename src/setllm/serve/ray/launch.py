@@ -1,0 +1,160 @@
+"""Start, serve and stop ``setllm serve --replicas N``: join or start Ray, deploy the
+application (:mod:`.deployments`) on ``--host``/``--port``, wait for a signal, drain, stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError
+from ..config import ServeConfig
+from ..server import drain_limit
+from .options import RayOptions
+
+APP_NAME = "setllm"
+
+
+def connect(options: RayOptions, cpus: int | None = None) -> str:
+    """Join ``options.ray_address``, or start a local Ray instance with room for every
+    replica (``cpus``: its CPUs; default: this machine's, at least one per replica). Says
+    which, in words."""
+    if options.ray_address:
+        return _join(options.ray_address)
+    return _start_local(cpus or max(os.cpu_count() or 1, options.bounds[1]))
+
+
+def _join(address: str) -> str:
+    _reachable(address)
+    _token_auth_if_token()  # before Ray reads its configuration, on import
+    import ray
+
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise InputError(f"--ray-address {address}: cannot join the Ray cluster ({str(e).splitlines()[0]})") from None
+    return f"the Ray cluster at {address}"
+
+
+def _start_local(cpus: int) -> str:
+    import ray
+
+    _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
+    # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    return "a local Ray instance"
+
+
+def _reachable(address: str) -> None:
+    """A ``HOST:PORT`` nobody listens on is one line now (Ray would retry for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: cannot join the Ray cluster ({e.strerror or e})") from None
+
+
+def _token_auth_if_token() -> None:
+    """A cluster started by ``ray start`` authenticates with the token it saved in
+    ``~/.ray/auth_token``; Ray 2.60 sends it for ``--ray-address auto`` but not for an explicit
+    address unless ``RAY_AUTH_MODE=token`` says so."""
+    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").exists()):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _absolute_pythonpath() -> None:
+    """Replicas start in other folders: a relative ``$PYTHONPATH`` entry would point nowhere."""
+    if os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep) if p)
+
+
+def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0) -> str:
+    """Deploy on ``config.host``/``config.port`` and wait until every replica has loaded;
+    the endpoint's URL."""
+    from ray import serve
+
+    from .deployments import application
+
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its INFO lines: the announcement says it
+    serve.start(http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
+    try:
+        serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
+    except RuntimeError:
+        why = _replica_error(serve.status())
+        if why is None:
+            raise
+        raise InputError(why) from None
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    return f"http://{host}:{config.port}"
+
+
+def _replica_error(status) -> str | None:
+    """The message of the setllm error a replica failed to start with (a model that is not
+    there, say), as the single server would print it; None if it was something else."""
+    app = status.applications.get(APP_NAME)
+    for deployment in app.deployments.values() if app else ():
+        last = deployment.message.strip().splitlines()[-1:] if deployment.message else []
+        found = re.match(r"setllm\.errors\.\w+: (.*)", last[0]) if last else None
+        if found:
+            return found.group(1)
+    return None
+
+
+def shutdown(joined: bool) -> None:
+    """Stop the application: on a cluster that was ``joined``, delete it (replicas finish what
+    they accepted; Serve and the cluster stay); the local instance stops whole."""
+    import ray
+    from ray import serve
+
+    if joined:
+        serve.delete(APP_NAME)
+    ray.shutdown()
+
+
+def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float) -> None:
+    """The whole life of ``setllm serve --replicas N`` in this process. A signal drains as the
+    single server does: new requests get 503, accepted ones finish (up to ``--drain-s``, by
+    default ``--timeout-s``; a second signal stops at once), then every replica stops."""
+    started = time.monotonic()
+    where = connect(options)
+    signals = threading.Semaphore(0)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs handlers of its own
+        signal.signal(sig, lambda *_: signals.release())
+    try:
+        url = deploy(make_app, config, options, gpus)
+        scaling = f"{options.bounds[0]} to {options.bounds[1]} (autoscaling)" if options.autoscaling else str(options.replicas)
+        print(f"setllm serve: {scaling} replica(s) on Ray Serve ({where}), router {options.router}; ready in "
+              f"{time.monotonic() - started:.1f} s\nsetllm serve: listening on {url}; Ctrl-C stops", file=sys.stderr, flush=True)
+        while not signals.acquire(timeout=0.5):  # a timeout: so Python runs the handler soon after the signal
+            pass
+        drain(drain_limit(config), forced=lambda: signals.acquire(blocking=False))
+    finally:
+        shutdown(joined=options.ray_address is not None)
+    print("setllm serve: stopped", file=sys.stderr, flush=True)
+
+
+def drain(limit_s: float, forced: Callable[[], bool]) -> None:
+    """New requests get 503 from now on; wait until those accepted are answered (at most
+    ``limit_s``, or until ``forced()``)."""
+    from ray import serve
+
+    ingress = serve.get_app_handle(APP_NAME)
+    busy = ingress.drain.remote().result()
+    print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503 (a second Ctrl-C stops now)",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + limit_s
+    while busy and time.monotonic() < deadline and not forced():
+        time.sleep(0.05)
+        busy = ingress.drain.remote().result()
+    if busy:
+        print(f"setllm serve: stopping with {busy} request(s) unanswered", file=sys.stderr, flush=True)

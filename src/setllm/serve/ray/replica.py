@@ -1,0 +1,84 @@
+"""``EngineReplica``: one replica's body, the very app ``setllm serve`` runs (routes, limits,
+batching, errors), called in-process with each request the ingress forwards. Its answer
+carries the replica's name and counts, which the ingress shows at ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+Request = dict[str, Any]  # method, path, query, headers [(name, value)], body (bytes), documents (keys)
+
+
+class EngineReplica:
+    """Builds the server's app with ``make_app()`` (on the replica, so the model loads
+    there), starts it (its lifespan: the model thread, the batching check) and answers the
+    requests the ingress sends it."""
+
+    async def __init__(self, make_app: Callable[[], Any], drain_s: float = 60.0):
+        self.app = make_app()
+        self.service = self.app.state.service
+        self.drain_s = drain_s
+        self.name = _replica_name()
+        self._life = self.app.router.lifespan_context(self.app)
+        await self._life.__aenter__()
+
+    async def __call__(self, request: Request) -> dict[str, Any]:
+        status, headers, body = await call_asgi(self.app, request)
+        return {"status": status, "headers": headers, "body": body, "replica": self.name, "stats": self.stats()}
+
+    def stats(self) -> dict[str, float]:
+        """What ``/metrics`` of the endpoint shows for this replica."""
+        s = self.service
+        out = {"in_flight": s.in_flight, "queued": s.batcher.queued}
+        if s.documents is not None:
+            c = s.documents.stats()
+            out |= {"hits": c.hits, "misses": c.misses, "evictions": c.evictions, "bytes": c.bytes, "max_bytes": c.max_bytes, "entries": c.entries}
+        return out
+
+    async def __del__(self):
+        """Ray Serve stops the replica: new requests get 503, accepted ones finish (up to
+        ``drain_s``), then the model thread stops."""
+        self.service.start_draining()
+        deadline = time.monotonic() + self.drain_s
+        while not self.service.idle() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self._life.__aexit__(None, None, None)
+
+
+def _replica_name() -> str:
+    from ray import serve
+
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - outside a replica (tests): no name
+        return "local"
+
+
+async def call_asgi(app, request: Request) -> tuple[int, list[tuple[str, str]], bytes]:
+    """``request`` through the ASGI ``app``: (status, headers, body)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request["method"], "scheme": "http",
+             "path": request["path"], "raw_path": request["path"].encode(), "root_path": "", "query_string": request["query"].encode(),
+             "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request["headers"]],
+             "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80)}
+    sent, status, headers, chunks = False, 500, [], []
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": request["body"], "more_body": False}
+        await asyncio.Event().wait()  # the client never leaves: the ingress waits for the answer
+
+    async def send(message):
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, headers, b"".join(chunks)

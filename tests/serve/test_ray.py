@@ -1,0 +1,181 @@
+"""`setllm serve --replicas 2` on a local Ray instance (one for the whole module, on the CPU):
+every answer equals the single server's bit for bit, errors included; a set of documents
+goes to the replica that holds it, in any order; /metrics shows each replica's cache and the
+router's decisions; SIGTERM drains as the single server does. About 45 s, most of it Ray's start."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from setllm.serve.ray.ingress import REPLICA_HEADER, stat_total  # noqa: E402
+
+KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+DOCS = ["Paris is in France.", "Rome is in Italy.", "Bern is in Switzerland.", "Oslo is in Norway.", "Lima is in Peru."]
+START_S = 150
+N_RUNNING = 24  # generations running when the stop comes
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def flags(model_dir: str, adapter: str) -> list[str]:
+    return ["--model", model_dir, "--adapter", "none", "--adapter", f"extra={adapter}", "--variant", "sbp", "--cache-mb", "10",
+            "--no-batch-check", "--api-key", KEY, "--max-batch-size", "2"]  # batches, small enough that a stop finds requests still running
+
+
+@pytest.fixture(scope="module")
+def adapter(model_dir, tmp_path_factory):
+    from tiny import tiny_adapter
+
+    return tiny_adapter(model_dir, tmp_path_factory.mktemp("adapter") / "extra", seed=3, variant="sbp")
+
+
+@pytest.fixture(scope="module")
+def ray_server(model_dir, adapter):
+    """``(process, url)``: `setllm serve --replicas 2` on a free loopback port."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "SETLLM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0", "--replicas", "2", *flags(model_dir, adapter)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    lines, deadline = [], time.monotonic() + START_S
+    try:
+        while time.monotonic() < deadline and not any("Ctrl-C stops" in line for line in lines):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+        port = re.search(r"listening on http://127\.0\.0\.1:(\d+)", "".join(lines))
+        assert port, "".join(lines)
+        yield proc, f"http://127.0.0.1:{port.group(1)}"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def one_server(model_dir, adapter):
+    """The single server of the same flags, in-process."""
+    from setllm.cli import build_parser
+    from setllm.cli.common import config_from_args
+    from setllm.cli.serve import replica_app
+    from setllm.serve import ServeConfig
+
+    _, parser = build_parser("serve")
+    args = parser.parse_args(flags(model_dir, adapter))
+    with TestClient(replica_app(args, config_from_args(ServeConfig, args)), raise_server_exceptions=False) as client:
+        yield client
+
+
+REQUESTS = [
+    ("POST", "/v1/answer", {"documents": DOCS, "question": "Where is Rome?", "max_new_tokens": 4}),
+    ("POST", "/v1/answer", {"documents": DOCS[::-1], "question": "Where is Rome?", "max_new_tokens": 4}),
+    ("POST", "/v1/score", {"prompt": "Read:\n{{" + "||".join(DOCS) + "}} Which one?", "options": [" Paris", " Rome"]}),
+    ("POST", "/v1/score", {"prompt": "Read:\n{{" + "||".join(DOCS[1:]) + "}} Which one?"}),
+    ("POST", "/v1/choose", {"question": "Which city?", "options": ["Paris", "Rome", "Bern"]}),
+    ("POST", "/v1/generate", {"prompt": "Read:\n{{" + "||".join(DOCS[:3]) + "}} Say:", "max_new_tokens": 5}),
+    ("POST", "/v1/answer", {"documents": DOCS[::-1], "question": "Where is Rome?", "max_new_tokens": 4, "adapter": "extra"}),
+    ("POST", "/v1/score", {"prompt": "Read:\n{{" + "||".join(DOCS) + "}} Which one?", "options": [" Paris"], "adapter": "base"}),
+    ("POST", "/v1/judge", {"instruction": "Name a city.", "candidates": ["Paris", "a dog"]}),
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/choose", {"question": "Which city?"}),  # 422
+    ("POST", "/v1/choose", {"question": "Which?", "options": ["a", "b"], "adapter": "nope"}),  # 404
+    ("POST", "/v1/generate", {"prompt": "x", "max_new_tokens": 100000}),  # 422
+]
+
+
+def ask(client, method: str, path: str, body, headers=AUTH):
+    return client.request(method, path, json=body, headers=headers) if body is not None else client.request(method, path, headers=headers)
+
+
+def test_every_answer_equals_the_single_servers_bit_for_bit(ray_server, one_server):
+    _, url = ray_server
+    with httpx.Client(base_url=url, timeout=60) as ray:
+        for method, path, body in REQUESTS * 2:  # the second time from the replicas' caches
+            got, want = ask(ray, method, path, body), ask(one_server, method, path, body)
+            assert (got.status_code, got.json()) == (want.status_code, want.json()), path
+            assert got.headers.get(REPLICA_HEADER)
+        for path, body in [("/v1/completions", {"prompt": "Read: {{a||b}} Then", "max_tokens": 3, "logprobs": 2, "temperature": 0}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "seed": 7})]:
+            got, want = ray.post(path, json=body, headers=AUTH).json(), one_server.post(path, json=body, headers=AUTH).json()
+            assert got["choices"] == want["choices"] and got["usage"] == want["usage"]
+        assert ray.post("/v1/choose", content=b"{oops", headers={**AUTH, "content-type": "application/json"}).json() == \
+            one_server.post("/v1/choose", content=b"{oops", headers={**AUTH, "content-type": "application/json"}).json()
+        for path in ("/v1/models", "/metrics"):  # the key is asked for, as by the single server
+            assert ray.get(path).status_code == one_server.get(path).status_code == 401
+        assert ray.get("/health").json()["status"] == "ok" and ray.get("/").status_code == one_server.get("/").status_code == 200
+
+
+def test_a_set_of_documents_goes_where_it_was_read_in_any_order(ray_server):
+    _, url = ray_server
+    others = [f"Town {i} is on river {i}." for i in range(5)]
+    with httpx.Client(base_url=url, timeout=60) as ray:
+        def answer(documents, question):
+            r = ray.post("/v1/answer", json={"documents": documents, "question": question, "max_new_tokens": 1}, headers=AUTH)
+            assert r.status_code == 200
+            return r.headers[REPLICA_HEADER]
+
+        before = ray.get("/metrics", headers=AUTH).text
+        where = {answer(others, "First?")}
+        orders = [others[::-1], others[2:] + others[:2], [others[i] for i in (3, 0, 4, 1, 2)]]
+        where |= {answer(order, f"Question {i}?") for i, order in enumerate(orders)}
+        assert len(where) == 1  # every order of the set: the replica that read it
+        after = ray.get("/metrics", headers=AUTH).text
+    affinity = 'setllm_router_decisions_total{reason="affinity"}'
+    assert stat_total(after, "setllm_router_decisions_total") - stat_total(before, "setllm_router_decisions_total") == 4
+    assert _value(after, affinity) - _value(before, affinity) >= 3
+    assert stat_total(after, "setllm_document_cache_hits") - stat_total(before, "setllm_document_cache_hits") >= 5 * 3
+    assert f'setllm_document_cache_hits{{replica="{where.pop()}"}}' in after
+
+
+def _value(text: str, series: str) -> float:
+    return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series + " ")), 0.0)
+
+
+def test_sigterm_finishes_accepted_requests_turns_new_ones_away_and_stops(ray_server):
+    proc, url = ray_server
+    results = []
+
+    def generate():
+        r = httpx.post(f"{url}/v1/generate", json={"prompt": "Say:", "max_new_tokens": 150}, headers=AUTH, timeout=60)
+        results.append((r.status_code, bool(r.json().get("text"))))
+
+    workers = [threading.Thread(target=generate) for _ in range(N_RUNNING)]
+    for w in workers:
+        w.start()
+    deadline = time.monotonic() + 20
+    while _value(httpx.get(f"{url}/metrics", headers=AUTH).text, "setllm_endpoint_requests_in_flight") < N_RUNNING // 2:
+        assert time.monotonic() < deadline, "the requests never started"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    while httpx.get(f"{url}/health", timeout=10).status_code == 200:  # until the drain begins
+        assert time.monotonic() < deadline, "the drain never began"
+        time.sleep(0.01)
+    late = httpx.post(f"{url}/v1/choose", json={"question": "Which?", "options": ["a", "b"]}, headers=AUTH, timeout=10)
+    assert late.status_code == 503 and late.json() == {"error": "server is shutting down"}
+    for w in workers:
+        w.join(timeout=60)
+    assert results == [(200, True)] * N_RUNNING  # every accepted request was answered
+    proc.wait(timeout=60)
+    rest = proc.stderr.read()
+    assert proc.returncode == 0, rest
+    assert "setllm serve: stopping; finishing" in rest and rest.rstrip().endswith("setllm serve: stopped")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url + "/health", timeout=2)
