@@ -17,32 +17,22 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from . import verbs
 from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import NOT_IN_SET, EncodedPrompt
 from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
-from .core.templates import mc_prompt, options_of
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError, SetLLMWarning
 from .loading import Origin
 from .loading.model import load_as
 from .loading.options import LoadOptions
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
-from .policy import (
-    Choice,
-    Verdict,
-    check_candidates,
-    check_choices,
-    check_text,
-    option_list,
-    pick,
-    verdict,
-)
-from .readouts import JudgeRow, candidate_scores, trained_readout
+from .policy import Choice, Verdict, option_list, verdict
+from .readouts import candidate_scores, trained_readout
 from .sharing import model_lock
-from .tasks.documents import documents_prompt
 
 DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
@@ -255,20 +245,24 @@ class SetLLM:
         return scoring.ScoreRequest(prompt, [list(o) for o in options])
 
     def _score_many(self, prompts: list[SetPrompt], options: Sequence[Sequence[str]] | None, eos: bool | None,
-                    single: bool = False) -> list[list[scoring.OptionScore]]:
+                    single: bool = False, blank: bool = False) -> list[list[scoring.OptionScore]]:
+        """``blank``: an empty option is scored (EOS alone: a judge's empty candidate); a
+        user's score refuses it, as every surface does (:func:`setllm.verbs.score_options`)."""
         # Default options keep the caller's element order; the scores come back in it.
-        options = [options_of(p) for p in prompts] if options is None else options
-        if isinstance(options, str) or not isinstance(options, Sequence):
+        if options is not None and (isinstance(options, str) or not isinstance(options, Sequence)):
             raise InputError(f"options must be one list of options per prompt, got {type(options).__name__}")
-        if len(options) != len(prompts):
+        if options is not None and len(options) != len(prompts):
             raise InputError(f"got options for {len(options)} prompts, but {len(prompts)} prompts")
+        names = ["options" if single else f"options[{i}]" for i in range(len(prompts))]
+        options = [o if blank else verbs.score_options(p, o, n)
+                   for p, o, n in zip(prompts, options if options is not None else [None] * len(prompts), names)]
         results: list[list[scoring.OptionScore]] = []
         # The driver packs prompts into forwards of fixed row blocks: give it several batches
         # at once, so that the blocks fill (a lone short prompt pays a whole 64-row block).
         window = self.batch_size * SCORING_WINDOW
         for lo in self._chunks(len(prompts), "scoring", window):
             chunk = range(lo, min(lo + window, len(prompts)))
-            requests = [self.score_request(prompts[i], options[i], eos, "options" if single else f"options[{i}]") for i in chunk]
+            requests = [self.score_request(prompts[i], options[i], eos, names[i]) for i in chunk]
             sums = self.score_encoded(requests)
             results += [scoring.to_option_scores(options[i], s) for i, s in zip(chunk, sums)]
         return results
@@ -278,12 +272,8 @@ class SetLLM:
 
         ``normalize`` picks by mean per-token log-likelihood instead of the sum.
         """
-        check_text(question, "question")
-        if context is not None and not isinstance(context, str):
-            raise InputError(f"context must be text or None, got {type(context).__name__}")
-        options = check_choices(options)
-        scores = self.score(mc_prompt(question, options, context), options)
-        return pick(scores, normalize)
+        request = verbs.choose(question, options, context)
+        return request.choice(self.score(request.prompt, list(request.options)), normalize)
 
     # -- judge --------------------------------------------------------------------------
     def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0,
@@ -302,10 +292,13 @@ class SetLLM:
         """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
         if tie_margin < 0:
             raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-        judged = [JudgeRow(check_text(instr, "instruction"), tuple(check_candidates(c)), _optional_text(inp, "input"))
-                  for instr, c, inp in rows]
-        scores = candidate_scores(self.score_many, judged, readout or self.judge_readout)
+        judged = [verbs.judge(instr, c, inp) for instr, c, inp in rows]
+        scores = candidate_scores(self._judge_scores, judged, readout or self.judge_readout)
         return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
+
+    def _judge_scores(self, prompts: Sequence[SetPrompt], options: Sequence[Sequence[str]]) -> list[list[scoring.OptionScore]]:
+        """A judge's asks scored: as :meth:`score_many`, an empty candidate included (EOS alone)."""
+        return self._score_many(list(prompts), options, None, blank=True)
 
     # -- documents ----------------------------------------------------------------------
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
@@ -320,21 +313,23 @@ class SetLLM:
         eval --dataset documents``, ``setllm answer`` and the playground read documents.
         ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
         (another variant, exact mode, chat or EOS choice), or an adapter named, answers as it is."""
-        docs = option_list(documents, "documents")
-        if not docs:
-            raise InputError("documents: answering needs at least one document, got none")
-        if not isinstance(question, str) or not question.strip():
-            raise InputError(f"question must be non-empty text, got {question!r}")
-        return self._documents_reader().generate(documents_prompt(docs, question), max_new_tokens=max_new_tokens, stop=["\n"]).strip()
+        request = verbs.answer(documents, question, max_new_tokens)
+        return request.text(self.documents_reader().generate(request.prompt, request.config))
 
-    def _documents_reader(self) -> SetLLM:
-        """Who reads documents for :meth:`answer`: the documents reading where ``adapter="auto"``
+    @property
+    def answers_with(self) -> Origin | None:
+        """What :meth:`answer` reads with where it is not this view (the documents adapter
+        ``adapter="auto"`` picks, not loaded yet), else None."""
+        docs = self._documents
+        return None if docs is None or _reading(self.options) != _reading(docs.read_as) else docs.origin
+
+    def documents_reader(self) -> SetLLM:
+        """Who reads documents for :meth:`answer` (and the server's ``/v1/answer``): the documents reading where ``adapter="auto"``
         loaded another adapter and this view reads as loaded (its batch size and progress
         bar taken along), else this view."""
-        docs, loaded = self._documents, self._documents and self._documents.read_as
-        if docs is None or _reading(self.options) != _reading(loaded):
+        if self.answers_with is None:
             return self
-        return docs.get().with_options(batch_size=self.batch_size, progress=self.options.progress)
+        return self._documents.get().with_options(batch_size=self.batch_size, progress=self.options.progress)
 
     # -- generate -----------------------------------------------------------------------
     def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
@@ -358,11 +353,21 @@ class SetLLM:
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
         config = config or generation_config(**kwargs)
-        prompts = _prompt_sequence(prompts, "generate")
+        requests = [self.generate_request(p, config) for p in _prompt_sequence(prompts, "generate")]  # every one fits: then decode
         out: list[str] = []
-        for lo in self._chunks(len(prompts), "generating"):
-            out += [text for text, _ in self.generate_encoded([self.encode(p) for p in prompts[lo : lo + self.batch_size]], config)]
+        for lo in self._chunks(len(requests), "generating"):
+            out += [text for text, _ in self.generate_encoded([r.prompt for r in requests[lo : lo + self.batch_size]], config)]
         return out
+
+    def generate_request(self, prompt: PromptLike | EncodedPrompt, config: generation.GenerationConfig | None,
+                         what: str = "max_new_tokens") -> verbs.GenerateRequest:
+        """The one way a prompt becomes a request of decoding (the library's :meth:`generate`,
+        the server): the prompt encoded (an :class:`EncodedPrompt` as is) and, before any
+        forward, the fit rule for it and ``config.max_new_tokens`` tokens after it
+        (:class:`setllm.core.prompt.PromptTooLong` naming ``what``)."""
+        enc = prompt if isinstance(prompt, EncodedPrompt) else self.encode(prompt)
+        self.codec.check_fits(enc, config.max_new_tokens if config is not None else 0, what)
+        return verbs.GenerateRequest(enc, config)
 
     # -- encoded requests ---------------------------------------------------------------
     # The entry for front ends that batch and encode on their own (the server, the lm-eval
@@ -508,6 +513,12 @@ class _DocumentsReading:
         self._lm: SetLLM | None = None
         self._lock = threading.Lock()
 
+    @property
+    def origin(self) -> Origin:
+        """Which model and adapter it reads with, known before it loads."""
+        model, adapter, info = self.options.sources(DOCUMENTS)
+        return Origin.loaded(model, adapter, info)
+
     def get(self) -> SetLLM:
         with self._lock:
             if self._lm is None:
@@ -549,12 +560,6 @@ def generation_config(**kwargs) -> generation.GenerationConfig:
         what = "a transformers option setllm's decoding does not support" if unknown[0] in _TRANSFORMERS_ONLY else "an unknown option"
         raise InputError(f"generate: {unknown[0]!r} is {what}; it takes {', '.join(sorted(known))}, do_sample and stop_strings")
     return generation.GenerationConfig(**kwargs)
-
-
-def _optional_text(value, where: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise InputError(f"{where} must be text or None, got {type(value).__name__}")
-    return value
 
 
 def _check_prompt_list(prompts, options) -> None:

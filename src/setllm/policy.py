@@ -38,10 +38,10 @@ class Verdict:
     scores: list[float]
 
 
-def check_candidates(candidates) -> list[str]:
+def check_candidates(candidates, where: str = "candidates") -> list[str]:
     """Judge candidates: at least two texts; outer whitespace is not part of a response. An
     empty response is a real candidate (scored as EOS alone)."""
-    out = [c.strip() for c in option_list(candidates, "candidates", empty=True)]
+    out = [c.strip() for c in option_list(candidates, where, empty=True)]
     if len(out) < 2:
         raise InputError(f"a judge needs at least two candidates, got {len(out)}")
     return out

@@ -55,7 +55,7 @@ def test_a_file_of_questions_resumes_in_input_order(model_dir, lm, capsys, tmp_p
     ([], "error: pass --documents FILE|TEXT... and --question TEXT, or --input FILE.jsonl --output FILE.jsonl"),
     (["--documents", "a"], "error: pass --documents FILE|TEXT... and --question TEXT, or --input FILE.jsonl --output FILE.jsonl"),
     (["--documents", " ", "--question", "Q?"], "error: --documents[0]: a document must be non-empty text"),
-    (["--documents", "a", "--question", " "], "error: --question must be non-empty text"),
+    (["--documents", "a", "--question", " "], "error: --question must be non-empty text, got ' '"),
     (["--documents", "a", "--question", "Q?", "--max-new-tokens", "0"], "error: --max-new-tokens must be at least 1, got 0"),
     (["--input", "x.jsonl", "--output", "y.jsonl", "--question", "Q?"],
      "error: --input FILE.jsonl and --output FILE.jsonl go together, without --documents or --question"),

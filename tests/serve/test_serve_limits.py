@@ -41,7 +41,7 @@ BAD = [
     ("/v1/score", {"prompt": "Q {{a||b}} A:", "options": []}, 422, "options: List should have at least 1 item"),
     ("/v1/score", {"prompt": "Q {{a||b}} A:", "options": ["a", ""]}, 400, "options[1] must be non-empty text"),
     ("/v1/score", {"prompt": "Q: {{a||b}} and {{c||d}} A:"}, 400, "options default to the elements of the prompt's set, but it has 2 sets"),
-    ("/v1/generate", {"prompt": "x", "max_new_tokens": 0}, 422, "max_new_tokens: Input should be greater than or equal to 1"),
+    ("/v1/generate", {"prompt": "x", "max_new_tokens": 0}, 400, "max_new_tokens must be >= 1, got 0"),  # the library's words
     ("/v1/generate", {"prompt": "x", "max_new_tokens": 513}, 422, "max_new_tokens: at most 512 on this server (--max-generate-tokens)"),
     ("/v1/generate", {"prompt": "x", "top_p": 0}, 422, "top_p: Input should be greater than 0"),
     ("/v1/generate", {"prompt": "x", "max_new_tokens": "3"}, 422, "max_new_tokens: Input should be a valid integer"),

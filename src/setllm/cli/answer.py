@@ -37,18 +37,18 @@ def add_parser(sub, name: str = "answer"):
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 1:
-        raise InputError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    from .. import verbs
+
     if args.input or args.output:
+        verbs.answer(["-"], "-", args.max_new_tokens, verbs.flag)  # the library's check of max_new_tokens, before the model loads
         return _answer_file(args)
     if not args.documents or args.question is None:
         raise InputError("pass --documents FILE|TEXT... and --question TEXT, or --input FILE.jsonl --output FILE.jsonl")
-    documents = [_document(d, f"--documents[{i}]") for i, d in enumerate(args.documents)]  # before the model loads
-    if not args.question.strip():
-        raise InputError("--question must be non-empty text")
+    documents = [_document(d, f"--documents[{i}]") for i, d in enumerate(args.documents)]
+    request = verbs.answer(documents, args.question, args.max_new_tokens, verbs.flag)  # checked before the model loads
     lm = load_setllm(args, kind=KIND)
     announce(lm, args, KIND)
-    text = lm.answer(documents, args.question, args.max_new_tokens)
+    text = lm.answer(request.documents, request.question, request.max_new_tokens)
     if args.json:
         print(json.dumps({"answer": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter},
                          ensure_ascii=False))
@@ -70,13 +70,16 @@ def _document(arg: str, where: str) -> str:
 
 
 def _answer_file(args: argparse.Namespace) -> int:
-    from ..tasks.documents import documents_prompt
+    from .. import verbs
+
+    def request(row) -> verbs.Answer:
+        return verbs.answer(row["documents"], row["question"], args.max_new_tokens)
 
     def make_answer(lm, rows):
         def answer(batch):
-            texts = lm.generate_many([documents_prompt(r["documents"], r["question"]) for r in batch],
-                                     max_new_tokens=args.max_new_tokens, stop=["\n"])
-            return [{"id": r["id"], "answer": t.strip()} for r, t in zip(batch, texts)]
+            asked = [request(r) for r in batch]
+            texts = lm.generate_many([a.prompt for a in asked], asked[0].config)
+            return [{"id": r["id"], "answer": a.text(t)} for r, a, t in zip(batch, asked, texts)]
 
         return answer
 
@@ -87,7 +90,8 @@ def _answer_file(args: argparse.Namespace) -> int:
         from .common import longest_part
 
         try:
-            lm.codec.check_fits(lm.encode(documents_prompt(row["documents"], row["question"])), args.max_new_tokens, "answer")
+            asked = request(row)
+            lm.generate_request(asked.prompt, asked.config, "answer")
         except PromptError as e:
             hint = f"; {longest_part(lm, {'documents': row['documents'], 'question': row['question']})}" if isinstance(e, PromptTooLong) else ""
             raise DataError(f"{row['where']} (id {row['id']!r}): {e}{hint}") from None

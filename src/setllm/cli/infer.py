@@ -67,16 +67,16 @@ def _demo_parser(sub):
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
-    from ..policy import check_choices
+    from .. import verbs
 
     if args.input or args.output:
         return _choose_file(args)
     if args.question is None or args.options is None:
         raise InputError("pass QUESTION and --options, or --input FILE.jsonl --output FILE.jsonl")
-    options = check_choices(args.options, "--options")  # say so before spending seconds loading the model
+    request = verbs.choose(args.question, args.options, args.context, verbs.flag)  # say so before spending seconds loading the model
     lm = load_setllm(args)
     announce(lm, args)
-    choice = lm.choose(args.question, options, context=args.context, normalize=args.normalize)
+    choice = lm.choose(request.question, list(request.options), context=request.context, normalize=args.normalize)
     if args.json:
         print(json.dumps({
             "answer": choice.answer, "index": choice.index, "variant": lm.variant.name,
@@ -95,11 +95,11 @@ def cmd_choose(args: argparse.Namespace) -> int:
 def _choose_file(args: argparse.Namespace) -> int:
     def make_answer(lm, rows):
         def answer(batch):
-            from ..core.templates import mc_prompt
-            from ..policy import pick
+            from .. import verbs
 
-            scores = lm.score_many([mc_prompt(r["question"], r["options"], r.get("context")) for r in batch], [r["options"] for r in batch])
-            picks = [pick(s, args.normalize) for s in scores]
+            asked = [verbs.choose(r["question"], r["options"], r["context"]) for r in batch]
+            scores = lm.score_many([a.prompt for a in asked], [list(a.options) for a in asked])
+            picks = [a.choice(s, args.normalize) for a, s in zip(asked, scores)]
             return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
 
         return answer

@@ -52,12 +52,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
         return _judge_file(args)
     if args.instruction is None or not args.candidates:
         raise InputError("pass INSTRUCTION and --candidates, or --input FILE.jsonl --output FILE.jsonl")
-    from ..policy import check_candidates
+    from .. import verbs
 
-    candidates = check_candidates(args.candidates)  # checked before the model loads
+    row = verbs.judge(args.instruction, args.candidates, args.task_input, verbs.flag)  # checked before the model loads
+    candidates = list(row.candidates)
     lm = load_setllm(args, kind="judge")
     announce(lm, args, "judge", args.readout)
-    v = lm.judge(args.instruction, candidates, input=args.task_input, tie_margin=args.tie_margin, readout=args.readout)
+    v = lm.judge(row.instruction, candidates, input=row.input, tie_margin=args.tie_margin, readout=args.readout)
     if args.json:  # indices into the candidates, as --input, the server and Python give them
         print(json.dumps({"best": v.best, "ranking": v.ranking, "scores": v.scores, "variant": lm.variant.name, "model": lm.origin.model,
                           "adapter": lm.origin.adapter, "readout": args.readout or lm.judge_readout}, ensure_ascii=False))

@@ -66,6 +66,7 @@ class GenerateJob:
     logprobs: int | None = None
     echo: bool = False
     model: str = "main"
+    field: str = "max_new_tokens"  # what the request calls max_new_tokens, for the fit rule's message
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,8 @@ class Engine:
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         limit = self.max_prompt_tokens if limit else None
         if isinstance(job, GenerateJob):
-            enc = self._within(self._encode(job.prompt), limit)
-            self.lm.codec.check_fits(enc, job.config.max_new_tokens if job.config else 0, "max_new_tokens")
-            return _Prepared(index, enc, key=self._lone_key())
+            request = self.lm.generate_request(self._within(self._encode(job.prompt), limit), job.config, job.field)
+            return _Prepared(index, request.prompt, key=self._lone_key())
         request = self.lm.score_request(job.prompt, job.options)  # the library's own request: same checks, same ids
         enc, ids = self._within(request.prompt, limit), request.options
         if self.identical_only:  # the same prompt and option set: one computation, whatever the order

@@ -13,8 +13,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from ..core.generation import GenerationConfig
-from ..policy import option_list
-from ..tasks.documents import documents_prompt
 from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
@@ -73,10 +71,9 @@ async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
 @router.post("/v1/answer", response_model=AnswerResponse, responses=ERRORS)
 async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     """Answer a question from documents read as one set (greedy, up to a newline: SetLLM.answer)."""
-    config = GenerationConfig(max_new_tokens=body.max_new_tokens, stop=["\n"])
-    prompt = documents_prompt(option_list(body.documents, "documents"), body.question)
-    out = await service_of(request).generate(prompt, config, adapter=body.adapter, variant=body.variant)
-    return AnswerResponse(answer=out.text.strip(), **service_of(request).reading(body.adapter, variant=body.variant))
+    service = service_of(request)
+    text, model = await service.answer(body.documents, body.question, body.max_new_tokens, body.adapter, body.variant)
+    return AnswerResponse(answer=text, **service.reading(body.adapter, model, body.variant))
 
 
 @router.get("/health")

@@ -48,8 +48,10 @@ class Request(BaseModel):
                                         "the base model's reading; default: the adapter's own")
 
 
+# What only setllm can judge of a value (a blank question or option, a duplicate, max_new_tokens
+# below 1) is left to the library's request (setllm.verbs): the same words on every surface.
 class ChooseRequest(Request):
-    question: str = Field(min_length=1)
+    question: str
     options: list[str] = Field(min_length=2, description="the candidate answers, read as a set")
     context: str | None = None
 
@@ -69,7 +71,7 @@ class ChooseResponse(Reading):
 
 
 class JudgeRequest(Request):
-    instruction: str = Field(min_length=1)
+    instruction: str
     input: str | None = None
     candidates: list[str] = Field(min_length=2, description="the candidate responses, read as a set with identical, unnamed framing")
     readout: ReadoutName | None = Field(default=None, description="how scores are read (setllm.readouts); default: the one the "
@@ -93,7 +95,7 @@ class ScoreResponse(Reading):
 
 class GenerateRequest(Request):
     prompt: PromptField
-    max_new_tokens: int = Field(default=64, ge=1)
+    max_new_tokens: int = 64
     temperature: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     seed: int | None = Field(default=0, ge=0, le=SEED_MAX)
@@ -106,8 +108,8 @@ class GenerateResponse(Reading):
 
 class AnswerRequest(Request):
     documents: list[str] = Field(min_length=1, description="the documents, read as a set")
-    question: str = Field(min_length=1)
-    max_new_tokens: int = Field(default=32, ge=1)
+    question: str
+    max_new_tokens: int = 32
 
 
 class AnswerResponse(Reading):

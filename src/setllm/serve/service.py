@@ -13,19 +13,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import verbs
+from ..api import DOCUMENTS
 from ..core import doccache
 from ..core.chat import chat_prompt
 from ..core.generation import GenerationConfig
 from ..core.prompt import SetPrompt, as_prompt, parse_markup
-from ..core.templates import mc_prompt, options_of
 from ..loading import Origin
-from ..policy import check_choices, pick, verdict
-from ..readouts import JudgeRow, get_readout, trained_readout
+from ..policy import verdict
+from ..readouts import get_readout, trained_readout
 from .batch_check import BatchingCheck
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
-from .errors import BadRequest, NotFound, Unprocessable
+from .errors import NotFound, Unprocessable
 from .metrics import Metrics
 
 log = logging.getLogger("setllm.serve")
@@ -79,7 +80,7 @@ class Service:
         built, deferred, keys = {}, {}, {}
         self.aliases: dict[str, str] = {}
         self.models: dict[str, Any] = {}
-        for name, model in [("main", self.lm), ("judge", self.judge_lm), *self.adapters.items()]:
+        for name, model in [("main", self.lm), ("judge", self.judge_lm), *self.adapters.items(), *self._documents_reading()]:
             if id(model) in keys:
                 self.aliases[name] = keys[id(model)]
                 continue
@@ -90,6 +91,13 @@ class Service:
             else:
                 built[name] = engine(model)
         return Engines(built, deferred)
+
+    def _documents_reading(self) -> list[tuple[str, DeferredModel]]:
+        """The main model's own documents reading (``adapter="auto"`` loaded another kind's
+        adapter: :meth:`setllm.SetLLM.documents_reader`), loaded by the first ``/v1/answer``;
+        none where an adapter is served as ``documents`` or the model reads documents itself."""
+        origin = getattr(self.lm, "answers_with", None)
+        return [] if DOCUMENTS in self.adapters or origin is None else [(DOCUMENTS, DeferredModel(origin, self.lm.documents_reader))]
 
     def engine_key(self, name: str | None, default: str = "main", variant: str | None = None) -> str:
         """The engine that reads a request naming ``name``: None, the served model's name or
@@ -167,11 +175,12 @@ class Service:
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None,
                      adapter: str | None = None, variant: str | None = None) -> tuple[list[str], int, Scores]:
-        """The options as read (stripped), the index of the best, and all scores (the
-        library's choice policy, :func:`setllm.policy.pick`)."""
-        options = self.choices(options)
-        scores = await self.score(mc_prompt(question, options, context), options, adapter, variant)
-        return options, pick(scores.option_scores(options)).index, scores
+        """The options as read (stripped), the index of the best, and all scores: the
+        library's request (:func:`setllm.verbs.choose`) and choice policy."""
+        self._check_count(options)
+        request = verbs.choose(question, options, context)
+        scores = await self.score(request.prompt, request.options, adapter, variant)
+        return list(request.options), request.choice(scores.option_scores(request.options)).index, scores
 
     async def judge(self, instruction: str, candidates: Sequence[str], input: str | None = None,
                     readout: str | None = None, adapter: str | None = None, variant: str | None = None) -> tuple[list[int], list[float]]:
@@ -180,40 +189,52 @@ class Service:
         model: the judge's unless ``adapter`` names another); equal scores rank by candidate
         text, so the ranking cannot depend on their order."""
         self._check_count(candidates)
-        row = JudgeRow(instruction, tuple(c.strip() for c in candidates), input)  # an empty response is a real candidate
+        row = verbs.judge(instruction, candidates, input)  # the library's checks; an empty response is a real candidate
         key = self.engine_key(adapter, "judge")
         readout = get_readout(readout or self.models[key].judge_readout).name
         scores = await self.batcher.submit(JudgeJob(row, readout, self.engine_key(adapter, "judge", variant)))
         return verdict(scores, list(row.candidates)).ranking, scores
 
+    async def answer(self, documents: Sequence[str], question: str, max_new_tokens: int,
+                     adapter: str | None = None, variant: str | None = None) -> tuple[str, str]:
+        """The answer to ``question`` from ``documents`` (the library's request,
+        :func:`setllm.verbs.answer`), and the engine that read it: with no ``adapter`` named,
+        the documents reading :meth:`setllm.SetLLM.answer` reads with (:meth:`answer_default`)."""
+        request = verbs.answer(documents, question, max_new_tokens)
+        default = self.answer_default(variant)
+        out = await self.generate(request.prompt, request.config, adapter=adapter, variant=variant, default=default)
+        return request.text(out.text), default
+
+    def answer_default(self, variant: str | None) -> str:
+        """The model that answers documents for a request naming no adapter, as
+        :meth:`setllm.SetLLM.answer` picks it: the documents adapter or reading where the
+        main model has one (``adapter="auto"``), else the main model; a request for another
+        variant reads with the main model, as a library view read otherwise answers as it is."""
+        other = variant is not None and variant != self.lm.variant.name
+        return DOCUMENTS if DOCUMENTS in self.engines and not other else "main"
+
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
-                       logprobs: int | None = None, echo: bool = False, adapter: str | None = None, variant: str | None = None) -> Generated:
+                       logprobs: int | None = None, echo: bool = False, adapter: str | None = None, variant: str | None = None,
+                       default: str = "main") -> Generated:
         """``field``: what the request calls ``max_new_tokens``, for the error message;
         ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`;
-        ``adapter``: as :meth:`score`'s."""
-        key = self.engine_key(adapter, variant=variant)
+        ``adapter``: as :meth:`score`'s (``default``: the model of a request naming none)."""
+        key = self.engine_key(adapter, default, variant)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
             raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
-        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key))
+        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field))
 
     def chat(self, messages: Sequence[dict]) -> SetPrompt:
         """Chat messages as the prompt the model reads (:func:`setllm.core.chat.chat_prompt`)."""
         return chat_prompt(self.lm.tokenizer, messages, strip_bos=self.lm.codec.bos)
 
     # -- input ------------------------------------------------------------------------------
-    def choices(self, options: Sequence[str]) -> list[str]:
-        """A question's options: at least two, distinct, non-empty (setllm's rules)."""
-        self._check_count(options)
-        return check_choices(list(options))
-
     def score_options(self, prompt: SetPrompt, options: Sequence[str] | None) -> list[str]:
-        """Options to score as given, or by default the elements of the prompt's set."""
-        options = options_of(prompt) if options is None else list(options)
+        """Options to score as given, or by default the elements of the prompt's set (the
+        library's check, :func:`setllm.verbs.score_options`)."""
+        options = verbs.score_options(prompt, options)
         self._check_count(options)
-        blank = [i for i, o in enumerate(options) if not o.strip()]
-        if blank:
-            raise BadRequest(f"options[{blank[0]}] must be non-empty text, got {options[blank[0]]!r}")
         return options
 
     def _check_count(self, options: Sequence[str]) -> None:

@@ -1,0 +1,116 @@
+"""Each verb a user calls, built once as a request with its checks: ``choose``, ``judge``,
+``answer``, ``score`` (its options) and ``generate`` (its decoding options).
+
+The library (:class:`setllm.SetLLM`), the server (``serve/``) and the CLI build a verb's
+request here and only batch, format and map errors around it, so every surface accepts and
+refuses the same inputs with the same words (:class:`setllm.errors.InputError`; the server's
+400, or 413 for a prompt too long). What a request is to the model (its prompt encoded, the
+fit rule) is :meth:`setllm.SetLLM.score_request` / :meth:`setllm.SetLLM.generate_request`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .core.encoding import EncodedPrompt
+from .core.generation import GenerationConfig
+from .core.prompt import SetPrompt
+from .core.templates import mc_prompt, options_of
+from .errors import InputError
+from .policy import Choice, check_candidates, check_choices, check_text, option_list, pick
+from .readouts import JudgeRow
+from .tasks.documents import documents_prompt
+
+ANSWER_STOP = "\n"  # an answer ends at its line's end (documents_prompt puts one document per line)
+
+
+@dataclass(frozen=True)
+class Choose:
+    """A multiple-choice question: its options (stripped, distinct) are read as a set."""
+
+    question: str
+    options: tuple[str, ...]
+    context: str | None = None
+
+    @property
+    def prompt(self) -> SetPrompt:
+        return mc_prompt(self.question, list(self.options), self.context)
+
+    def choice(self, scores, normalize: bool = False) -> Choice:
+        """The answer from the options' scores (:func:`setllm.policy.pick`)."""
+        return pick(scores, normalize)
+
+
+def choose(question, options, context=None, name: Callable[[str], str] = str) -> Choose:
+    """A checked :class:`Choose`: a non-empty question, at least two distinct non-empty options.
+    ``name``: how the caller's surface names a field in its errors (the CLI: its flag)."""
+    return Choose(check_text(question, name("question")), tuple(check_choices(options, name("options"))),
+                  optional_text(context, name("context")))
+
+
+def judge(instruction, candidates, input=None, name: Callable[[str], str] = str) -> JudgeRow:
+    """A checked judge row: a non-empty instruction, at least two candidates (stripped; an empty
+    one is a real candidate, scored as EOS alone)."""
+    return JudgeRow(check_text(instruction, name("instruction")), tuple(check_candidates(candidates, name("candidates"))),
+                    optional_text(input, name("input")))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A question answered from documents read as one set: greedy, up to a newline."""
+
+    documents: tuple[str, ...]
+    question: str
+    max_new_tokens: int = 32
+
+    @property
+    def prompt(self) -> SetPrompt:
+        return documents_prompt(list(self.documents), self.question)
+
+    @property
+    def config(self) -> GenerationConfig:
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, stop=[ANSWER_STOP])
+
+    @staticmethod
+    def text(generated: str) -> str:
+        """The answer as given: the generated line without outer whitespace."""
+        return generated.strip()
+
+
+def answer(documents, question, max_new_tokens: int = 32, name: Callable[[str], str] = str) -> Answer:
+    """A checked :class:`Answer`: at least one non-empty document, a non-empty question and a
+    positive ``max_new_tokens`` (``name``: as :func:`choose`'s)."""
+    docs = option_list(documents, name("documents"))
+    if not docs:
+        raise InputError(f"{name('documents')}: answering needs at least one document, got none")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError(f"{name('max_new_tokens')} must be at least 1, got {max_new_tokens!r}")
+    return Answer(tuple(docs), check_text(question, name("question")), max_new_tokens)
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """A prompt encoded and its decoding options, checked to fit the model before any forward
+    (:meth:`setllm.SetLLM.generate_request`); ``config`` None generates nothing (the server's
+    echo of a prompt alone)."""
+
+    prompt: EncodedPrompt
+    config: GenerationConfig | None
+
+
+def score_options(prompt: SetPrompt, options: Sequence[str] | None, where: str = "options") -> list[str]:
+    """The options a score request scores: as given (non-empty text), or by default the
+    elements of the prompt's only set, in the caller's order."""
+    return option_list(options_of(prompt) if options is None else options, where)
+
+
+def flag(field: str) -> str:
+    """A field as the CLI names it: its flag (``max_new_tokens`` -> ``--max-new-tokens``)."""
+    return "--" + field.replace("_", "-")
+
+
+def optional_text(value, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{where} must be text or None, got {type(value).__name__}")
+    return value
