@@ -136,9 +136,7 @@ class SetLLM:
         the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
         model, adapter, info = options.sources(kind)
         net, tok = load_as(options, model, adapter)
-        read = info.reading(variant=options.variant, **options.reading())
-        lm = cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
-                 allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))
+        lm = cls(net, tok, progress=progress, **options.read_as(model, adapter, info))
         if options.adapter_path(DOCUMENTS) != adapter:  # "auto" means another adapter for documents
             object.__setattr__(lm, "_documents", _DocumentsReading(options, lm.options, progress))
         return lm

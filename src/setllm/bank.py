@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from .api import SetLLM
 from .errors import InputError
-from .loading import Origin
 from .loading.adapters import AdapterInfo, apply_adapter, check_adapter
 from .loading.model import load_as
 from .loading.options import LoadOptions
@@ -132,12 +131,8 @@ class AdapterBank(Mapping):
         return self[BASE]
 
     def _view(self, name: str | None) -> SetLLM:
-        info = self.infos[name] if name else AdapterInfo.read(self.options.model) if embedded_or(self.options.model) else AdapterInfo()
-        read = info.reading(variant=self.options.variant, **self.options.reading())
-        view = SetLLM(self.model, self.tokenizer, **read, exact=self.options.exact, batch_size=self.options.batch_size,
-                      allow_untested=self.options.allow_untested,
-                      origin=Origin.loaded(embedded_or(self.options.model), self.paths.get(name), info))
-        return view._switched(lambda: self.using(name))
+        read = self.options.read_as(embedded_or(self.options.model), self.paths.get(name), self.infos.get(name))
+        return SetLLM(self.model, self.tokenizer, **read)._switched(lambda: self.using(name))
 
     @contextmanager
     def using(self, name: str | None):

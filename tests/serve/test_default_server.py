@@ -78,3 +78,18 @@ def test_the_lm_eval_backend_gives_the_same_bits(library, server):
         [Instance(request_type="loglikelihood", doc={}, arguments=(context, o), idx=i) for i, o in enumerate(options)], disable_tqdm=True)
     served = server.post("/v1/score", json={"prompt": context, "options": options}).json()["scores"]
     assert [b[0] for b in backend] == want == served
+
+
+def test_the_answer_route_reads_documents_with_the_library_s_adapter(library, server):
+    """One verb, one rule: ``/v1/answer`` reads with the adapter ``SetLLM.answer`` reads with
+    (the shipped documents adapter, where ``adapter="auto"`` chose another), on the default
+    server's bank and on a server of the library's own object alike."""
+    docs, question = ["Lena leads billing.", "Omar leads support."], "Who leads support?"
+    want = library.answer(docs, question, max_new_tokens=8)
+    assert library.answers_with is not None and library.answers_with.adapter != library.origin.adapter
+    body = {"documents": docs[::-1], "question": question, "max_new_tokens": 8}
+    banked = server.post("/v1/answer", json=body).json()
+    with TestClient(create_app(library, ServeConfig(batch_check=False))) as client:
+        alone = client.post("/v1/answer", json=body).json()
+    assert banked["answer"] == alone["answer"] == want
+    assert str(banked["adapter"]) == str(alone["adapter"]) == str(library.answers_with.adapter)

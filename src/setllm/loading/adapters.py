@@ -304,9 +304,10 @@ def load_adapter(model, adapter: str, allow_pickle: bool = False, merge: bool = 
     return apply_adapter(model, adir, name, merge)
 
 
-def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = False, name: str = "default"):
+def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = False, name: str = "default", trainable: bool = False):
     """PEFT's loading, its errors for an adapter that does not fit this model made one line
-    (its own is a ``size mismatch`` line per tensor). On a model PEFT already wraps, the
+    (its own is a ``size mismatch`` line per tensor): the one adapter loader of reading and
+    of training (``trainable``: training continues it). On a model PEFT already wraps, the
     adapter is added beside the others under ``name`` (unmerged: they share the base weights)."""
     try:
         from peft import PeftModel
@@ -315,9 +316,9 @@ def apply_adapter(model, adir: Path, base_name: str | None, merge: bool = False,
     try:
         with quiet_loading(progress=False):
             if isinstance(model, PeftModel):
-                model.load_adapter(str(adir), adapter_name=name, is_trainable=False)
+                model.load_adapter(str(adir), adapter_name=name, is_trainable=trainable)
                 return model
-            peft_model = PeftModel.from_pretrained(model, str(adir), adapter_name=name, is_trainable=False)
+            peft_model = PeftModel.from_pretrained(model, str(adir), adapter_name=name, is_trainable=trainable)
     except (RuntimeError, ValueError) as e:
         if isinstance(e, RuntimeError) and "size mismatch" not in str(e):
             raise

@@ -22,7 +22,7 @@ from ..core.variants import (
     get_variant,
 )
 from ..errors import InputError, OptionError
-from .adapters import METADATA_FILE, AdapterInfo
+from .adapters import METADATA_FILE, AdapterInfo, Origin
 from .shipped import default_adapter, embedded_or
 
 THREADS_ENV = "SETLLM_THREADS"
@@ -111,7 +111,17 @@ class LoadOptions:
         (None: none) and what their ``setllm.json`` records (:class:`setllm.loading.AdapterInfo`),
         as :meth:`setllm.SetLLM.load` and :meth:`identity` both read them."""
         model, adapter = embedded_or(self.model), self.adapter_path(kind)
-        return model, adapter, AdapterInfo.read(adapter or model) if (adapter or model) else AdapterInfo()
+        return model, adapter, recorded(model, adapter)
+
+    def read_as(self, model: str | None, adapter: str | None, info: AdapterInfo | None = None) -> dict:
+        """The keyword arguments of :class:`setllm.SetLLM` for ``model`` (None: the embedded
+        one) with ``adapter`` (None: none) loaded under these options: the reading (the
+        choices given, the rest from ``setllm.json``: :func:`recorded`, or ``info`` where it
+        was read already), the checks and where it came from. The one assembly of a reading,
+        :meth:`setllm.SetLLM.load`'s and every view of an :class:`setllm.AdapterBank`."""
+        info = recorded(model, adapter) if info is None else info
+        return {**info.reading(variant=self.variant, **self.reading()), "exact": self.exact, "batch_size": self.batch_size,
+                "allow_untested": self.allow_untested, "origin": Origin.loaded(model, adapter, info)}
 
     def identity(self, kind: str = "choose") -> str:
         """A short hash of what decides an answer beyond its input: the base model (by name;
@@ -146,6 +156,14 @@ class LoadOptions:
         with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
             warnings.simplefilter("ignore")
             return self.sources(kind)[2].reading(variant=self.variant, **self.reading())
+
+
+def recorded(model: str | None, adapter: str | None) -> AdapterInfo:
+    """What ``setllm.json`` records of how ``model`` with ``adapter`` was trained: the
+    adapter's, or with no adapter the model folder's (a full fine-tune writes it there);
+    nothing for the embedded model alone."""
+    source = adapter or model
+    return AdapterInfo.read(source) if source else AdapterInfo()
 
 
 def apply_threads(threads: int | None = None) -> int | None:

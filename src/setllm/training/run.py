@@ -30,7 +30,7 @@ from ..loading import (
     load_model,
     make_adapter_portable,
 )
-from ..loading.adapters import read_json
+from ..loading.adapters import apply_adapter, read_json
 from ..loading.options import apply_threads
 from .collator import (
     PreferenceCollator,
@@ -68,14 +68,14 @@ def build_model(cfg: TrainConfig, model=None, tokenizer=None):
 
     set_seed(cfg.seed)  # the LoRA init is random: same seed, same starting adapter
     try:
-        from peft import LoraConfig, PeftModel, get_peft_model
+        from peft import LoraConfig, get_peft_model
     except ImportError:
         raise InputError("LoRA training needs peft, a core dependency of setllm: reinstall setllm") from None
     with _library_deprecations_hidden():
         if cfg.init_adapter:
             _check_init_variant(cfg)
-            check_adapter(cfg.init_adapter, cfg.model or DEFAULT_MODEL)
-            peft = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+            base = cfg.model or DEFAULT_MODEL
+            peft = apply_adapter(model, check_adapter(cfg.init_adapter, base), base, trainable=True)
             # The adapter names its portable base (a hub id): PEFT would look that up on every
             # save (a warning offline, a hub query online). Name the model loaded here, as
             # get_peft_model does; save() makes the final adapter portable again.
