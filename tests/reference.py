@@ -64,3 +64,10 @@ def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:
 def generate(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None) -> list[str]:
     """The text of every prompt of a left-padded ``batch``, generated together."""
     return [text for text, _ in generate_tokens(model, tokenizer, variant, batch, config, on_token)]
+
+
+def exact_match(prediction: str, answer: str) -> bool:
+    """A documents answer graded as the evaluation grades it: equal once normalised."""
+    from setllm.tasks.documents import normalise
+
+    return normalise(prediction) == normalise(answer)

@@ -133,9 +133,10 @@ def test_shipped_documents_adapter_retrieves_in_any_order():
     """The documents adapter answers key-value rows it never saw (the seed of the test split in
     docs/results.md, not of its training rows), with the same answer wherever the gold sits;
     the embedded model without it answers none (0% there)."""
+    from reference import exact_match
+
     from setllm.api import default_adapter
     from setllm.generators.documents import kv_retrieval
-    from setllm.tasks.documents import exact_match
 
     lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
     rows = kv_retrieval(pairs=10, n=10, seed=1001, key_length=8, value_length=8)
@@ -184,9 +185,10 @@ def test_shipped_documents_adapter_answers_held_out_phrasings_in_any_order():
     """Four key-value rows in the held-out phrasings (never in a training mix) get
     one answer wherever the gold document sits, and it is the right one (measured: 4 of 4;
     the adapter answers 84-85% of such rows, docs/results.md)."""
+    from reference import exact_match
+
     from setllm.api import default_adapter
     from setllm.generators.phrasings import kv_phrased
-    from setllm.tasks.documents import exact_match
 
     lm = SetLLM.from_pretrained(adapter=default_adapter("documents"))
     rows = kv_phrased("held-out", docs=4, n=4, seed=7)

@@ -14,12 +14,25 @@ from fastapi.testclient import TestClient
 from setllm.serve import ServeConfig, create_app
 
 
+async def settled(service) -> None:
+    """Wait until the service's batching check (if one runs) has its verdict."""
+    task = service.check._task  # the test looks inside: the server itself never waits for the check
+    if task is not None:
+        await asyncio.shield(task)
+
+
+def checking(service) -> bool:
+    """Whether the service's batching check still runs in the background."""
+    task = service.check._task
+    return task is not None and not task.done()
+
+
 @contextlib.contextmanager
 def serving(lm, judge_lm=None, **config):
     """A started app (lifespan run) and a client for it."""
     app = create_app(lm, ServeConfig(**config), judge_lm=judge_lm)
     with TestClient(app, raise_server_exceptions=False) as client:
-        client.portal.call(app.state.service.check.settled)  # batching as checked, not as while checking
+        client.portal.call(settled, app.state.service)  # batching as checked, not as while checking
         yield client
 
 
@@ -41,7 +54,7 @@ def concurrently(app, requests: list[tuple[str, dict]], before=None) -> list[htt
 
     async def main():
         async with app.router.lifespan_context(app):
-            await app.state.service.check.settled()
+            await settled(app.state.service)
             if before is not None:
                 before(app)
             transport = httpx.ASGITransport(app=app)
@@ -67,7 +80,7 @@ def running(lm, settle: bool = True, **config):
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    while settle and app.state.service.check.running and time.monotonic() < deadline:  # batching as checked, not as while checking
+    while settle and checking(app.state.service) and time.monotonic() < deadline:  # batching as checked, not as while checking
         time.sleep(0.02)
     try:
         yield server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from serve_helpers import settled
 from tiny import run_cli
 
 from setllm import SetLLM
@@ -45,7 +46,7 @@ def server(one_thread_here):
     lm, judge, adapters = served_models(build_parser("serve")[0].parse_args(["serve"]))
     assert set(adapters) == {"choose", "judge", "documents", "base", "none"}  # the default: a bank of the shipped adapters
     with TestClient(create_app(lm, ServeConfig(), judge, adapters)) as client:
-        client.portal.call(client.app.state.service.check.settled)
+        client.portal.call(settled, client.app.state.service)
         yield client
 
 

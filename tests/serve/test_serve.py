@@ -155,7 +155,7 @@ def test_different_questions_and_lengths_share_a_forward(wide_lm):
 
 
 def _record_groups(app, seen):
-    engine = app.state.service.engines.engines["main"]
+    engine = app.state.service.engines.built("main")
     score = engine.score_group
 
     def recording(group, record=True):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
-from serve_helpers import running, slow_forwards
+from serve_helpers import running, settled, slow_forwards
 
 from setllm.loading import Origin
 from setllm.serve import ServeConfig, batch_check, create_app
@@ -32,7 +32,7 @@ def test_the_server_answers_while_it_checks_batching_then_remembers_the_verdict(
     with slow_forwards(lm, 0.2), _started(create_app(lm, ServeConfig())) as client:  # a check that takes a while
         first = client.get("/health").json()["batching"]
         answered = client.post("/v1/choose", json=CHOOSE)
-        client.portal.call(client.app.state.service.check.settled)
+        client.portal.call(settled, client.app.state.service)
         checked = client.get("/health").json()["batching"]
     assert first == CHECKING and answered.status_code == 200 and checked == "on"
     assert list(json.loads(batch_check_cache.read_text()).values()) == [True]
@@ -48,7 +48,7 @@ def test_the_server_answers_while_it_checks_batching_then_remembers_the_verdict(
 def test_a_failed_check_is_remembered_and_batches_identical_requests_only(lm, batch_check_cache, monkeypatch):
     monkeypatch.setattr(batch_check, "engine_steps", lambda engine, n: [lambda: True, lambda: False])
     with _started(create_app(lm, ServeConfig())) as client:
-        client.portal.call(client.app.state.service.check.settled)
+        client.portal.call(settled, client.app.state.service)
         after_check = client.get("/health").json()["batching"]
     assert after_check.startswith("identical requests only: a batch of different questions changed low bits")
     assert list(json.loads(batch_check_cache.read_text()).values()) == [False]
@@ -84,7 +84,7 @@ def test_the_judge_copy_loads_with_the_first_judge_request(lm):
 
     deferred = DeferredModel(Origin("judge-model", "judge-adapter"), load)
     with _started(create_app(lm, ServeConfig(), judge_lm=deferred)) as client:
-        client.portal.call(client.app.state.service.check.settled)
+        client.portal.call(settled, client.app.state.service)
         health = client.get("/health").json()
         client.post("/v1/choose", json=CHOOSE)
         before_judging = len(loads)

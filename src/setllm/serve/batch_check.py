@@ -107,19 +107,9 @@ class BatchingCheck:
             log.warning("setllm serve: batching %s", self.batching)
 
     @property
-    def running(self) -> bool:
-        """Whether the check still runs in the background."""
-        return self._task is not None and not self._task.done()
-
-    @property
     def busy(self) -> bool:
         """Whether a step of the check is on the model thread now."""
         return self._running > 0
-
-    async def settled(self) -> None:
-        """Wait until the check (if one runs) has its verdict."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
 
     def cancel(self) -> None:
         if self._task is not None:
@@ -131,12 +121,7 @@ def probe_steps(engines: Engines, max_batch_size: int) -> list[Step]:
     bank share the model and its kernels (the first, the main one, has its LoRA layers on),
     and a deferred copy has the main model's shapes, which decide the kernels: their verdict
     is the main model's."""
-    checked, steps = set(), []
-    for engine in list(engines.engines.values()):
-        if id(engine.lm.model) not in checked:
-            checked.add(id(engine.lm.model))
-            steps += engine_steps(engine, max_batch_size)
-    return steps
+    return [step for engine in engines.distinct_models() for step in engine_steps(engine, max_batch_size)]
 
 
 def engine_steps(engine: Engine, max_batch_size: int) -> list[Step]:

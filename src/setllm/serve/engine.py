@@ -299,6 +299,21 @@ class Engines:
     def __contains__(self, name: str) -> bool:
         return name in self.engines or name in self.deferred
 
+    def defer(self, name: str, build: Callable[[], Engine]) -> None:
+        """An engine built by ``build()`` on the model thread, at the first request for ``name``."""
+        self.deferred.setdefault(name, build)
+
+    def built(self, name: str) -> Engine | None:
+        """The engine of ``name`` if it is built yet (a deferred one: once a request built it)."""
+        return self.engines.get(name)
+
+    def distinct_models(self) -> list[Engine]:
+        """One built engine per set of weights (the views of one bank share theirs)."""
+        first: dict[int, Engine] = {}
+        for engine in self.engines.values():
+            first.setdefault(id(engine.lm.model), engine)
+        return list(first.values())
+
     def run(self, items: Sequence[Item]) -> list[Any]:
         by_model: dict[str, list[int]] = {}
         for i, item in enumerate(items):
@@ -306,7 +321,7 @@ class Engines:
         outcomes: list[Any] = [None] * len(items)
         for name, idx in by_model.items():
             try:
-                engine = self._engine(name)
+                engine = self.get(name)
             except Exception as e:  # noqa: BLE001 - the requests for it fail, the server goes on
                 log.error("setllm serve: the %s model failed to load", name, exc_info=e)
                 for i in idx:
@@ -316,7 +331,8 @@ class Engines:
                 outcomes[i] = outcome
         return outcomes
 
-    def _engine(self, name: str) -> Engine:
+    def get(self, name: str) -> Engine:
+        """The engine of ``name``, a deferred one built now (on the model thread)."""
         if name not in self.engines:
             engine = self.deferred[name]()
             engine.identical_only = self._identical_only

@@ -117,7 +117,7 @@ class Service:
         request, its own engine (a forward never mixes readings)."""
         vkey = f"{key}@{variant}"
         if vkey not in self.engines:
-            self.engines.deferred[vkey] = lambda: self._new_engine(self.engines._engine(key).lm.with_variant(variant))
+            self.engines.defer(vkey, lambda: self._new_engine(self.engines.get(key).lm.with_variant(variant)))
         return vkey
 
     def reading(self, name: str | None, default: str = "main", variant: str | None = None) -> dict[str, Any]:
@@ -126,7 +126,8 @@ class Service:
         --json`` gives, so an answer says what computed it."""
         key = self.engine_key(name, default)
         model = self.models[key]
-        loaded = self.engines.engines[key].lm if key in self.engines.engines else model  # a deferred copy: once loaded
+        engine = self.engines.built(key)
+        loaded = engine.lm if engine is not None else model  # a deferred copy: once loaded
         own = getattr(loaded, "variant", None)
         return {"model": self.model_name, "adapter": model.origin.adapter, "variant": variant or (own.name if own else None)}
 

@@ -91,10 +91,6 @@ def normalise(text: str) -> str:
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def exact_match(prediction: str, answer: str) -> bool:
-    return normalise(prediction) == normalise(answer)
-
-
 # -- rows ---------------------------------------------------------------------------------
 def parse_row(obj: object, where: str) -> DocRecord:
     """Validate one row; every error names ``where`` (``file:line``)."""
