@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import verbs
 from ..core import doccache
 from ..io import rundir
 from ..tasks import documents as docs
@@ -114,14 +115,16 @@ def answer_batch(lm, items: list[tuple[docs.DocRecord, str, tuple[int, ...]]]) -
     answer is scored by the one scoring driver, as ``lm.score`` scores it anywhere."""
     prompts = [docs.render(r, order) for r, _, order in items]
     longest = max(len(lm.response_ids(p, r.answer)) for p, (r, _, _) in zip(prompts, items))
+    # SetLLM.answer's request, its documents in the run's order: the same prompt, stop and strip
+    asked = [verbs.answer([r.documents[i] for i in order], r.question, longest + EXTRA_TOKENS) for r, _, order in items]
     device = lm.model.device
     reset_peak_memory(device)
     start = time.perf_counter()
-    texts = lm.generate_many(prompts, max_new_tokens=longest + EXTRA_TOKENS, stop=["\n"])
+    texts = lm.generate_many([a.prompt for a in asked], asked[0].config)
     logps = [s[0].logprob for s in lm.score_many(prompts, [[r.answer] for r, _, _ in items])]
     seconds = (time.perf_counter() - start) / len(items)
     peak = peak_memory_mb(device)
-    return [(t.strip(), lp, seconds, peak) for t, lp in zip(texts, logps)]
+    return [(a.text(t), lp, seconds, peak) for a, t, lp in zip(asked, texts, logps)]
 
 
 def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> dict:

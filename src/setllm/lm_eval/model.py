@@ -268,7 +268,9 @@ class SetLLMLM(TemplateLM):
         bar = tqdm(total=len(requests), desc="setllm generate_until", disable=disable_tqdm)
         for idx in by_kwargs.values():
             config = self._generation_config(requests[idx[0]].args[1])
-            encs = [self._encode_context(requests[i].args[0], config.max_new_tokens) for i in idx]
+            # each a checked request (the fit rule for it and its new tokens) before any forward
+            encs = [self.llm.generate_request(self._encode_context(requests[i].args[0], config.max_new_tokens), config).prompt
+                    for i in idx]
             for lo in range(0, len(idx), size):
                 texts = [text for text, _ in self.llm.generate_encoded(encs[lo : lo + size], config)]
                 for i, text in zip(idx[lo : lo + size], texts):
