@@ -77,7 +77,7 @@ def check_choices(options, where: str = "options") -> list[str]:
     stripped = [o.strip() for o in options]
     if stripped != options:
         warnings.warn(f"{where}: leading/trailing whitespace stripped from {sum(a != b for a, b in zip(stripped, options))} option(s)",
-                      SetLLMWarning, stacklevel=3)
+                      SetLLMWarning, stacklevel=4)  # the user's call: choose -> verbs.choose -> here
     dupes = sorted({o for o in stripped if stripped.count(o) > 1})
     if dupes:
         raise InputError(f"{where}: duplicate option {dupes[0]!r}; options must be distinct")

@@ -63,7 +63,8 @@ def test_outer_whitespace_of_options_is_stripped_with_a_warning(lm):
     """"Paris " was scored as written: a trailing space tokenizes differently in the response."""
     from setllm.errors import SetLLMWarning
 
-    with pytest.warns(SetLLMWarning, match="whitespace stripped from 1 option"):
+    with pytest.warns(SetLLMWarning, match="whitespace stripped from 1 option") as said:
         spaced = lm.choose("Capital?", ["Paris ", "Rome"])
+    assert said[0].filename == __file__  # said where the caller asked
     assert [s.text for s in spaced.scores] == ["Paris", "Rome"]
     assert spaced.scores == lm.choose("Capital?", ["Paris", "Rome"]).scores
