@@ -5,7 +5,6 @@ encoded reader beneath it (:class:`setllm.reader.Reader`). Immutable: ``with_var
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -199,7 +198,7 @@ class SetLLM(Reader):
         Decoding options come as a :class:`GenerationConfig` or as its fields by keyword
         (``max_new_tokens=32, temperature=0.7, ...``), as in transformers, whose ``do_sample``
         and ``stop_strings`` are taken too; any other transformers option is refused by name
-        (:func:`generation_config`). For many prompts, :meth:`generate_many`.
+        (:func:`setllm.verbs.generation_config`). For many prompts, :meth:`generate_many`.
         """
         if not _is_single_prompt(prompt):
             _prompt_sequence(prompt, "generate")  # neither one prompt nor a list: said before the warning
@@ -213,7 +212,7 @@ class SetLLM(Reader):
         """:meth:`generate` for a list of prompts, ``batch_size`` at a time: one text per prompt."""
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
-        config = config or generation_config(**kwargs)
+        config = config or verbs.generation_config(**kwargs)
         requests = [self.generate_request(p, config) for p in _prompt_sequence(prompts, "generate")]  # every one fits: then decode
         out: list[str] = []
         for lo in self._chunks(len(requests), "generating"):
@@ -251,40 +250,6 @@ class _DocumentsReading:
                 say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
                           f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
             return self._lm
-
-
-# transformers' generate() names: those that map onto GenerationConfig, and how.
-_GREEDY = {"do_sample": False}
-_TRANSFORMERS_ONLY = ("num_beams", "top_k", "repetition_penalty", "max_length", "min_new_tokens", "num_return_sequences",
-                      "no_repeat_ngram_size", "length_penalty", "early_stopping", "eos_token_id", "pad_token_id")
-
-
-def generation_config(**kwargs) -> generation.GenerationConfig:
-    """A :class:`GenerationConfig` from keyword arguments, as transformers' ``generate`` takes
-    them: ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` (also
-    ``stop_strings``), and ``do_sample`` (False: greedy; True: sampling, at temperature 1
-    unless one is given). Any other transformers option is refused by name, in one line."""
-    if "stop_strings" in kwargs:
-        kwargs["stop"] = kwargs.pop("stop_strings")
-    if "do_sample" in kwargs:
-        sample = kwargs.pop("do_sample")
-        if not isinstance(sample, bool):
-            raise InputError(f"do_sample must be True or False, got {sample!r}")
-        temperature = kwargs.get("temperature")
-        if not sample:
-            if temperature not in (None, 0, 0.0):
-                raise InputError(f"do_sample=False decodes greedily; it contradicts temperature={temperature} (drop one)")
-            kwargs["temperature"] = 0.0
-        elif temperature is None:
-            kwargs["temperature"] = 1.0  # transformers' default temperature when sampling
-        elif temperature == 0:
-            raise InputError("do_sample=True samples; temperature=0 decodes greedily (drop one, or give temperature > 0)")
-    known = {f.name for f in dataclasses.fields(generation.GenerationConfig)}
-    unknown = [k for k in kwargs if k not in known]
-    if unknown:
-        what = "a transformers option setllm's decoding does not support" if unknown[0] in _TRANSFORMERS_ONLY else "an unknown option"
-        raise InputError(f"generate: {unknown[0]!r} is {what}; it takes {', '.join(sorted(known))}, do_sample and stop_strings")
-    return generation.GenerationConfig(**kwargs)
 
 
 def _check_prompt_list(prompts, options) -> None:

@@ -10,6 +10,7 @@ fit rule) is :meth:`setllm.SetLLM.score_request` / :meth:`setllm.SetLLM.generate
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -97,6 +98,40 @@ class GenerateRequest:
 
     prompt: EncodedPrompt
     config: GenerationConfig | None
+
+
+# transformers' generate() names: those that map onto GenerationConfig, and how.
+_GREEDY = {"do_sample": False}
+_TRANSFORMERS_ONLY = ("num_beams", "top_k", "repetition_penalty", "max_length", "min_new_tokens", "num_return_sequences",
+                      "no_repeat_ngram_size", "length_penalty", "early_stopping", "eos_token_id", "pad_token_id")
+
+
+def generation_config(**kwargs) -> GenerationConfig:
+    """A :class:`GenerationConfig` from keyword arguments, as transformers' ``generate`` takes
+    them: ``max_new_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` (also
+    ``stop_strings``), and ``do_sample`` (False: greedy; True: sampling, at temperature 1
+    unless one is given). Any other transformers option is refused by name, in one line."""
+    if "stop_strings" in kwargs:
+        kwargs["stop"] = kwargs.pop("stop_strings")
+    if "do_sample" in kwargs:
+        sample = kwargs.pop("do_sample")
+        if not isinstance(sample, bool):
+            raise InputError(f"do_sample must be True or False, got {sample!r}")
+        temperature = kwargs.get("temperature")
+        if not sample:
+            if temperature not in (None, 0, 0.0):
+                raise InputError(f"do_sample=False decodes greedily; it contradicts temperature={temperature} (drop one)")
+            kwargs["temperature"] = 0.0
+        elif temperature is None:
+            kwargs["temperature"] = 1.0  # transformers' default temperature when sampling
+        elif temperature == 0:
+            raise InputError("do_sample=True samples; temperature=0 decodes greedily (drop one, or give temperature > 0)")
+    known = {f.name for f in dataclasses.fields(GenerationConfig)}
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        what = "a transformers option setllm's decoding does not support" if unknown[0] in _TRANSFORMERS_ONLY else "an unknown option"
+        raise InputError(f"generate: {unknown[0]!r} is {what}; it takes {', '.join(sorted(known))}, do_sample and stop_strings")
+    return GenerationConfig(**kwargs)
 
 
 def score_options(prompt: SetPrompt, options: Sequence[str] | None, where: str = "options") -> list[str]:
