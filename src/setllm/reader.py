@@ -72,6 +72,7 @@ class ReadOptions:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
+
 class Reader:
     """A model read one way: requests of token ids in, scores and text out.
 
@@ -92,7 +93,7 @@ class Reader:
     def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
-                            ("_switch", switch), ("_lock", model_lock(model)), ("_documents", None)):
+                            ("_switch", switch), ("_lock", model_lock(model))):
             object.__setattr__(self, name, value)
 
     @contextmanager
