@@ -19,6 +19,7 @@ from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import NOT_IN_SET, EncodedPrompt
+from .core.install import install
 from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .core.runtime import check_model, forward, prompt_length
 from .core.templates import mc_prompt, options_of
@@ -39,7 +40,6 @@ from .policy import (
     verdict,
 )
 from .readouts import JudgeRow, candidate_scores, trained_readout
-from .sharing import model_lock
 from .tasks.documents import documents_prompt
 
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
@@ -76,6 +76,16 @@ class ReadOptions:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
 
+def _pin_threads(threads: int | None) -> None:
+    """Run this thread's torch work on ``threads`` threads (None: as it is). Torch keeps a
+    thread count per thread, and a thread takes the process's count of the moment at its first
+    parallel op: a thread that starts while another lowers the count for a while (the LoRA
+    merge runs on one) would keep the lower count, and a product's bits depend on the count.
+    Set at each computation, the count is the model's, whatever thread runs it and whenever."""
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 class SetLLM:
     """Order-invariant prompting on a Hugging Face causal LM.
 
@@ -88,30 +98,34 @@ class SetLLM:
 
     def __init__(self, model, tokenizer, variant: str | Variant = DEFAULT_VARIANT, exact: bool | None = None,
                  chat: bool = False, batch_size: int = 8, progress: bool = False, allow_untested: bool = False,
-                 eos: bool = True, origin: Origin | None = None):
+                 eos: bool = True, origin: Origin | None = None, threads: int | None = None):
         check_model(model, allow_untested)
+        install(model)  # setllm's linear layers and attention, once: no call changes the model after
         options = ReadOptions(get_variant(variant), exact, chat, eos, batch_size, progress)
-        self._init(model, tokenizer, options, origin or Origin.of(model))
+        self._init(model, tokenizer, options, origin or Origin.of(model), threads=threads)
 
-    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
+    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None,
+              threads: int | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
-                            ("_switch", switch), ("_lock", model_lock(model))):
+                            ("_switch", switch), ("_threads", threads)):
             object.__setattr__(self, name, value)
 
     @contextmanager
     def _running(self):
-        """The model to run, held for the computation: no other view of these weights (on
-        another thread) runs until it ends, since a computation switches the shared model's
-        layers and attention while it runs (:mod:`setllm.sharing`); where several adapters
-        share the weights (a view of an :class:`setllm.AdapterBank`), switched to this view's
-        adapter and kept there until the computation ends."""
-        with self._lock:
-            if self._switch is None:
-                yield self.model
-            else:
-                with self._switch() as model:
-                    yield model
+        """The model to run. A computation selects its row blocks and attention through
+        context of its own (:mod:`setllm.core.install`), so views of one model on several
+        threads run at the same time; where several adapters share the weights (a view of an
+        :class:`setllm.AdapterBank`), the bank's adapter is switched to this view's and held
+        there until the computation ends (:mod:`setllm.sharing`). A model loaded with a thread
+        count (``threads``, ``$SETLLM_THREADS``) runs every computation on that many, on any
+        thread (:func:`_pin_threads`)."""
+        _pin_threads(self._threads)
+        if self._switch is None:
+            yield self.model
+        else:
+            with self._switch() as model:
+                yield model
 
     def __setattr__(self, name, value):
         raise AttributeError(f"SetLLM is immutable; use with_variant(...) or with_options({name}=...) for a new view")
@@ -145,7 +159,7 @@ class SetLLM:
         net, tok = load_as(options, model, adapter)
         read = info.reading(variant=options.variant, **options.reading())
         return cls(net, tok, **read, exact=options.exact, batch_size=options.batch_size, progress=progress,
-                   allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info))
+                   allow_untested=options.allow_untested, origin=Origin.loaded(model, adapter, info), threads=options.thread_count())
 
     # -- views --------------------------------------------------------------------------
     @property
@@ -187,7 +201,7 @@ class SetLLM:
 
     def _view(self, options: ReadOptions, switch) -> SetLLM:
         view = object.__new__(SetLLM)
-        view._init(self.model, self.tokenizer, options, self.origin, switch)
+        view._init(self.model, self.tokenizer, options, self.origin, switch, self._threads)
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> SetLLM:

@@ -135,7 +135,7 @@ class AdapterBank(Mapping):
         info = self.infos[name] if name else AdapterInfo.read(self.options.model) if embedded_or(self.options.model) else AdapterInfo()
         read = info.reading(variant=self.options.variant, **self.options.reading())
         view = SetLLM(self.model, self.tokenizer, **read, exact=self.options.exact, batch_size=self.options.batch_size,
-                      allow_untested=self.options.allow_untested,
+                      allow_untested=self.options.allow_untested, threads=self.options.thread_count(),
                       origin=Origin.loaded(embedded_or(self.options.model), self.paths.get(name), info))
         return view._switched(lambda: self.using(name))
 

@@ -134,6 +134,10 @@ class LoadOptions:
                 h.update(name.encode() + path.read_bytes())
         return h.hexdigest()[:16]
 
+    def thread_count(self) -> int | None:
+        """The torch thread count these options set (``threads``, else ``$SETLLM_THREADS``), or None."""
+        return self.threads if self.threads is not None else threads_from_env()
+
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
         return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
