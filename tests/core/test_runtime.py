@@ -11,8 +11,13 @@ from setllm.errors import InputError
 
 
 @pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("batched", [True, False], ids=["one-batched-product", "a-product-per-block"])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])  # nn.Linear, and gpt2's Conv1D
-def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch):
+def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkeypatch):
+    """Both ways of multiplying the blocks (install.BATCHED_BLOCKS picks one per device type)."""
+    from setllm.core import install
+
+    monkeypatch.setattr(install, "BATCHED_BLOCKS", {"cpu"} if batched else set())
     model = tiny_model(arch, **({"n_embd": 128, "n_head": 4} if arch == "gpt2" else {"hidden_size": 128, "intermediate_size": 256,
                                                                                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
     layer = next(m for m in model.modules() if type(m).__name__ in ("Linear", "Conv1D") and m is not model.get_output_embeddings())

@@ -158,21 +158,53 @@ def _planned_forward(layer, x):
     return blocked_linear(layer, plan.head_rows if layer is plan.head else plan.rows, x)
 
 
-def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` computed as blocks of exactly ``rows`` rows, one batched product: on the
-    CPU a batched product of fp32 computes each block by its own product of that one shape
-    (the kernel of a lone block, bit for bit; see :mod:`setllm.core.scoring`). Callers pad
-    their rows to a multiple of ``rows`` once per forward; another count is padded here."""
-    from transformers.pytorch_utils import Conv1D
+# Device types whose batched product computes each block by its own product of the block's
+# shape (measured on the CPU, fp32, 1 and 2 threads: every block of 1 to 40 bit-identical to
+# the block alone). Elsewhere each block is a product of its own, as the guarantee needs: a
+# GPU's batched GEMM may pick its kernel (split-K) by the batch count, so it joins this set
+# only where benchmarks/gpu_check.py (``batched_blocks``) shows the bits hold.
+BATCHED_BLOCKS = {"cpu"}
 
+
+def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` computed as blocks of exactly ``rows`` rows: a row's bits depend on its own
+    block alone (see :mod:`setllm.core.scoring`). Callers pad their rows to a multiple of
+    ``rows`` once per forward, so this is a view; another count is padded here."""
     n = x.numel() // x.shape[-1]
     blocks = x.reshape(-1, rows, x.shape[-1]) if n % rows == 0 else _padded(x, n, rows)  # [M / R, R, in]
-    weight = layer.weight if isinstance(layer, Conv1D) else layer.weight.t()  # [in, out]; gpt2's Conv1D stores it so
-    weight = weight.expand(blocks.shape[0], *weight.shape)
-    out = torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+    if x.device.type in BATCHED_BLOCKS:
+        out = batched_product(layer, blocks)
+    else:  # one product per block, written in place
+        out = blocks.new_empty(*blocks.shape[:2], _weight(layer).shape[1])
+        for b in range(blocks.shape[0]):
+            _product(layer, blocks[b], out[b])
     if n % rows:
         return out.reshape(-1, out.shape[-1])[:n].reshape(*x.shape[:-1], out.shape[-1])
     return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
+    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``."""
+    weight = _weight(layer)
+    weight = weight.expand(blocks.shape[0], *weight.shape)
+    return torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+
+
+def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
+    weight = _weight(layer)
+    if torch.is_grad_enabled() and (block.requires_grad or weight.requires_grad):  # out= has no gradient
+        out.copy_(block @ weight if layer.bias is None else torch.addmm(layer.bias, block, weight))
+    elif layer.bias is None:
+        torch.mm(block, weight, out=out)
+    else:
+        torch.addmm(layer.bias, block, weight, out=out)
+
+
+def _weight(layer) -> torch.Tensor:
+    """``[in, out]``: gpt2's ``Conv1D`` stores it so, ``nn.Linear`` transposed."""
+    from transformers.pytorch_utils import Conv1D
+
+    return layer.weight if isinstance(layer, Conv1D) else layer.weight.t()
 
 
 def _padded(x: torch.Tensor, n: int, rows: int) -> torch.Tensor:
