@@ -79,3 +79,30 @@ def test_two_threads_score_at_the_same_time_with_the_bits_of_each_alone():
     assert not errors, errors
     assert got == alone  # the same bits (one thread count throughout: the module's fixture)
     assert torch.get_num_threads() == 1
+
+
+def test_a_model_loaded_with_a_thread_count_computes_on_it_on_any_thread(model_dir):
+    """Torch keeps a thread count per thread (a thread takes the process's count of the moment
+    at its first parallel op), and a product's bits depend on it: a computation of a model
+    loaded with ``threads`` runs on that many whatever the calling thread had."""
+    from setllm import LoadOptions
+
+    before = torch.get_num_threads()
+    try:
+        lm = SetLLM.load(LoadOptions(model_dir, "none", threads=2))
+    finally:
+        torch.set_num_threads(before)
+    seen = []
+    handle = lm.model.model.layers[0].register_forward_pre_hook(lambda m, a: seen.append(torch.get_num_threads()))
+
+    def run():
+        torch.set_num_threads(1)  # what a thread started during a one-thread stretch (the LoRA merge) keeps
+        lm.score(mc_prompt(*QUESTIONS[0]), QUESTIONS[0][1])
+
+    try:
+        caller = threading.Thread(target=run)
+        caller.start()
+        caller.join()
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {2}
