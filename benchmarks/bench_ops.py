@@ -285,6 +285,25 @@ def timed(lm, repeats: int) -> str:
     return "\n".join(lines)
 
 
+def torch_profile(lm, name: str) -> str:
+    """Where setllm's call ``name`` of :data:`TIMED` spends its CPU time (``torch.profiler``, one
+    call after a warm-up), by op."""
+    from torch.profiler import ProfilerActivity, profile
+
+    global SET_TOKENS
+    batch, tokens, mine, _ = TIMED[name]
+    before = SET_TOKENS
+    SET_TOKENS = tokens if tokens and SET_TOKENS >= 1000 else SET_TOKENS
+    try:
+        fn = mine(lm, prompts(lm, batch, bool(tokens)))
+    finally:
+        SET_TOKENS = before
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="the tests' tiny llama instead of the embedded model")
@@ -293,11 +312,15 @@ def main(argv=None) -> int:
     p.add_argument("--calls", nargs="*", default=None, help="only these calls (names as printed)")
     p.add_argument("--time", type=int, default=0, metavar="N", help="instead, time the calls side by side (median of N)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--torch-profile", default=None, metavar="CALL", help="instead, setllm's CPU time by op for a --time call (name as printed)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     lm = load(args.tiny, args.layers)
     if args.time:
         print(timed(lm, args.time))
+        return 0
+    if args.torch_profile:
+        print(torch_profile(lm, args.torch_profile))
         return 0
     counts = measure(lm, args.calls)
     print(table(counts))
