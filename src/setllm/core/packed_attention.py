@@ -99,10 +99,9 @@ class _Group:
     on_device: dict = field(default_factory=dict)  # index tensors and masks on the device, made at the first layer
 
     def gather(self, x: torch.Tensor, heads: tuple[torch.Tensor, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
-        """``x [1, Hx, S, d]`` gathered to ``[G, H, T, d]`` at packed ``tokens [G, T]``, head
-        ``h`` reading head ``heads[1][h]`` of ``x`` (``heads``: the batch index and the heads,
-        ``[1, H, 1]``; grouped-query attention's sharing), in one indexing op; ``tokens`` is
-        moved to the device once per forward."""
+        """``x [1, Hx, S, d]`` gathered to ``[G, Hx, T, d]`` at packed ``tokens [G, T]``
+        (``heads``: the batch index ``[1, 1, 1]`` and every head ``[1, Hx, 1]``), in one
+        indexing op; ``tokens`` is moved to the device once per forward."""
         key = ("tokens", id(tokens), str(x.device))
         if key not in self.on_device:
             self.on_device[key] = tokens[:, None, :].to(x.device)
@@ -150,15 +149,11 @@ class Plan:
     n_keys: int
     on_device: dict = field(default_factory=dict)
 
-    def heads(self, heads: int, kv_heads: int, device) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """Gather indices (batch ``[1, 1, 1]``, heads ``[1, H, 1]``) of each query head's own
-        head and of the key head it reads (grouped-query attention), made once per forward."""
-        key = (heads, kv_heads, str(device))
+    def heads(self, heads: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather indices of ``heads`` heads (batch ``[1, 1, 1]``, heads ``[1, H, 1]``), made once per forward."""
+        key = (heads, str(device))
         if key not in self.on_device:
-            zero = torch.zeros(1, 1, 1, dtype=torch.long, device=device)
-            own = torch.tensor([[[h] for h in range(heads)]], device=device)
-            shared = torch.tensor([[[h * kv_heads // heads] for h in range(heads)]], device=device)
-            self.on_device[key] = (zero, own), (zero, shared)
+            self.on_device[key] = torch.zeros(1, 1, 1, dtype=torch.long, device=device), torch.arange(heads, device=device)[None, :, None]
         return self.on_device[key]
 
 
@@ -214,16 +209,15 @@ def block_attention(module, query, key, value, attention_mask, scaling=None, dro
     block's tokens) gets some row's output: nothing reads it."""
     p = _PLAN.get()
     sliding = kwargs.get("sliding_window") is not None
-    heads, kv_heads = p.heads(query.shape[1], key.shape[1], query.device)  # [1, H, 1]: own heads, shared key heads
+    heads = p.heads(query.shape[1], query.device)  # the query heads' index: [1, H, 1]
+    kv_heads = p.heads(key.shape[1], query.device)  # the key heads', [1, Hkv, 1]: attention shares them (grouped-query)
     out = None
     for g in p.groups:
         qg = g.gather(query, heads, g.queries)  # [G, H, Q, d]
-        if g.flex is not None:  # flex takes the key heads as they are (grouped-query attention)
-            own = p.heads(key.shape[1], key.shape[1], query.device)[0]
-            kg, vg = g.gather(key, own, g.keys), g.gather(value, own, g.keys)
+        kg, vg = g.gather(key, kv_heads, g.keys), g.gather(value, kv_heads, g.keys)  # [G, Hkv, K, d]
+        if g.flex is not None:
             og = flex.attend(qg, kg, vg, g.block_mask(sliding, qg.device), scaling, softcap)
         else:
-            kg, vg = g.gather(key, kv_heads, g.keys), g.gather(value, kv_heads, g.keys)  # [G, H, K, d]
             og = _attend(qg, kg, vg, g, sliding, scaling, softcap)  # [G, H, Q, d]
         out = _place(out, og, g, query.shape[2])
     return out, None
@@ -246,10 +240,12 @@ def _place(out, og: torch.Tensor, g: _Group, n: int) -> torch.Tensor:
 
 
 def _attend(q, k, v, g: _Group, sliding: bool, scaling, softcap):
+    """``q [G, H, Q, d]`` over ``k, v [G, Hkv, K, d]`` (each key head shared by ``H / Hkv`` query heads)."""
     if softcap is None:
         mask = g.dense_mask(sliding, q.dtype, q.device)
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
     # Soft-capped logits (Gemma 2) have no sdpa kernel: the eager formula.
+    k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
     mask = g.dense_mask(sliding, None, q.device)
     scores = (q @ k.transpose(-1, -2)) * (scaling if scaling is not None else q.shape[-1] ** -0.5)
     scores = torch.tanh(scores / softcap) * softcap

@@ -291,7 +291,7 @@ def _packed_prefill(model, packed: _Prompts, rows):
     keep = [s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)]
     r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
     plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
-    out = packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), new_cache(), torch.tensor(keep + r_keep))
+    out = packed_forward(model, plan, ids + r_ids, pos + r_pos, new_cache(), keep + r_keep)
     logp = out.logits[0].float().log_softmax(-1)
     return output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
 
@@ -320,7 +320,7 @@ def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[flo
     forward's keys stay on the cache until the caller cuts it again."""
     ids, pos, segs, keep, m = _option_rows(packed, rows, 0)
     plan = packed_attention.plan(segs, m, packed.total + m)
-    out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
+    out = packed_forward(model, plan, ids, pos, cache, keep)
     return _row_scores(out.logits[0].float().log_softmax(-1), rows)
 
 
@@ -340,22 +340,26 @@ def _row_scores(logp: torch.Tensor, rows) -> list[tuple[list[float], list[bool]]
 
 def packed_forward(model, plan, ids, pos, cache, keep):
     """One forward of a packed row ``ids [S]`` under ``plan``, keeping the logits of rows
-    ``keep``; returns the model's output with logits ``[1, len(keep), V]``. The row is padded
-    once, here, to whole row blocks of the linear layers (and ``keep`` to whole blocks of the
-    head), so that every layer multiplies a view of ``[blocks, rows, width]`` with no
-    padding or cutting of its own; padding tokens are queried by no attention block and are
-    no block's keys, and the cache drops their keys with the rows'."""
+    ``keep`` (each a list or a tensor); returns the model's output with logits
+    ``[1, len(keep), V]``. The row is padded once, here, to whole row blocks of the linear
+    layers (and ``keep`` to whole blocks of the head), so that every layer multiplies a view
+    of ``[blocks, rows, width]`` with no padding or cutting of its own; padding tokens are
+    queried by no attention block and are no block's keys, and the cache drops their keys
+    with the rows'."""
     device, rows = model.device, row_plan(model)
-    n, k = len(ids), len(keep)
-    pad = -n % rows.rows
-    ids = torch.cat([ids, ids.new_zeros(pad)]) if pad else ids
-    pos = torch.cat([pos, pos.new_zeros(pad)]) if pad else pos
-    keep = torch.cat([keep, keep.new_zeros(-k % rows.head_rows)]) if k % rows.head_rows else keep
+    k = len(keep)
+    ids, pos, keep = (_padded(x, step) for x, step in ((ids, rows.rows), (pos, rows.rows), (keep, rows.head_rows)))
     with fixed_row_linears(model, rows.rows, rows.head_rows), packed_attention.blocks_on(model, plan):
         out = model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=packed_attention.placeholder_mask(device),
                     use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
     out.logits = out.logits[:, :k]
     return out
+
+
+def _padded(x, step: int) -> torch.Tensor:
+    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, as a tensor."""
+    values = x.tolist() if isinstance(x, torch.Tensor) else list(x)
+    return torch.tensor(values + [0] * (-len(values) % step), dtype=torch.long)
 
 
 @torch.no_grad()
