@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)}, {EMBEDDED} "
                                                   f"(default: all random shapes; --smoke: {', '.join(SMOKE_SHAPES)})")
     p.add_argument("--long", default=None, help="lengths in tokens of the long document sets (default 2048,4096,8192,32768,65536; --smoke: 256,512)")
-    p.add_argument("--parts", default="invariance,costs,long_set,row_blocks,training_step", help="which parts to run, comma-separated")
+    p.add_argument("--parts", default="invariance,batched_blocks,costs,long_set,row_blocks,training_step", help="which parts to run, comma-separated")
     p.add_argument("--long-parts", default="score,decode,generate",
                    help="what the long sets measure: score (4 options), decode (16 tokens after a prefill, timed apart), "
                         "generate (16 tokens, prefill included)")
@@ -196,6 +196,26 @@ def invariance(model, tokenizer) -> dict:
         out[attn] = {"orderings": len(orders), "same_logits": all(torch.equal(logits[0], x) for x in logits),
                      "same_text": len(set(texts)) == 1}
     return out
+
+
+def batched_blocks(model, most: int = 64) -> dict:
+    """Whether one batched product of B row blocks gives each block the bits of the block
+    multiplied alone, for B = 1..``most``, at each linear layer's shape of the first decoder
+    layer and the device's row block: where it holds, :data:`setllm.core.install.BATCHED_BLOCKS`
+    may take this device type (one product per layer instead of one per block)."""
+    from setllm.core import install, scoring
+
+    rows = scoring.matmul_rows(model)
+    layers = [m for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
+    gen = torch.Generator(device=model.device).manual_seed(0)
+    same = True
+    for layer in layers:
+        x = torch.randn(most, rows, layer.in_features, generator=gen, device=model.device, dtype=layer.weight.dtype)
+        alone = [install.batched_product(layer, x[b : b + 1])[0] for b in range(most)]
+        for n in (1, 2, 3, 5, 8, 16, 31, most):
+            got = install.batched_product(layer, x[:n])
+            same = same and all(torch.equal(got[b], alone[b]) for b in range(n))
+    return {"device": model.device.type, "rows": rows, "same_bits": same, "enabled": model.device.type in install.BATCHED_BLOCKS}
 
 
 def costs(model, tokenizer, run: Run) -> dict:
@@ -437,7 +457,8 @@ def check_shape(name: str, run: Run, tokenizer, lengths: list[int] | None, save=
     params = sum(p.numel() for p in model.parameters())
     result: dict = {"parameters": params}
     run.report["shapes"][name] = result
-    for part, fn in (("invariance", lambda: invariance(model, tokenizer)), ("costs", lambda: costs(model, tokenizer, run)),
+    for part, fn in (("invariance", lambda: invariance(model, tokenizer)), ("batched_blocks", lambda: batched_blocks(model)),
+                     ("costs", lambda: costs(model, tokenizer, run)),
                      ("long_set", lambda: long_set(model, tokenizer, lengths, run) if lengths else None),
                      ("row_blocks", lambda: row_blocks(model, tokenizer, run) if lengths and not run.smoke else None),
                      ("training_step", lambda: training_step(model, tokenizer, run))):

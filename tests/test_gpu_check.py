@@ -23,6 +23,7 @@ def test_the_smoke_run_checks_every_part_and_writes_its_report(tmp_path, capsys)
     for name, shape in report["shapes"].items():
         for backend, same in shape["invariance"].items():  # exact mode: the same bits in every ordering
             assert same == {"orderings": 6, "same_logits": True, "same_text": True}, (name, backend)
+        assert shape["batched_blocks"] == {"device": "cpu", "rows": 64, "same_bits": True, "enabled": True}  # what BATCHED_BLOCKS claims
         for part, ratio in (("costs", "ratio_score_s"), ("costs", "ratio_generate_s"), ("training_step", "ratio_step_s")):
             assert set(shape[part]) == {"batch_1", "batch_8"} and all(row[ratio] > 0 for row in shape[part].values())
         assert all(row["setmask-setpe"]["tokens"] == row["causal-pe"]["tokens"] > 0 for row in shape["training_step"].values())

@@ -38,9 +38,12 @@ class SetLLM(Reader):
         variant, exact, chat, eos, batch_size, progress: see :class:`ReadOptions`.
         allow_untested: run a model type setllm has not verified.
         origin: which model and adapter were loaded (set by :meth:`from_pretrained`).
+        threads: the torch thread count every computation runs on (None: the thread's own).
     """
-    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
-        super()._init(model, tokenizer, options, origin, switch)
+
+    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None,
+              threads: int | None = None) -> None:
+        super()._init(model, tokenizer, options, origin, switch, threads)
         object.__setattr__(self, "_documents", None)  # another reading answer() uses (see documents_reader)
 
     def _view(self, options: ReadOptions, switch) -> SetLLM:

@@ -30,13 +30,13 @@ from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import NOT_IN_SET, EncodedPrompt
+from .core.install import install
 from .core.prompt import PromptLike
 from .core.runtime import check_model, forward, prompt_length
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError, SetLLMWarning
 from .loading import Origin
 from .policy import option_list
-from .sharing import model_lock
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing's from Python 3.11
@@ -73,6 +73,16 @@ class ReadOptions:
             raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
 
+def _pin_threads(threads: int | None) -> None:
+    """Run this thread's torch work on ``threads`` threads (None: as it is). Torch keeps a
+    thread count per thread, and a thread takes the process's count of the moment at its first
+    parallel op: a thread that starts while another lowers the count for a while (the LoRA
+    merge runs on one) would keep the lower count, and a product's bits depend on the count.
+    Set at each computation, the count is the model's, whatever thread runs it and whenever."""
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 class Reader:
     """A model read one way: requests of token ids in, scores and text out.
 
@@ -81,34 +91,39 @@ class Reader:
         variant, exact, chat, eos, batch_size, progress: see :class:`ReadOptions`.
         allow_untested: run a model type setllm has not verified.
         origin: which model and adapter were loaded (set by :meth:`setllm.SetLLM.from_pretrained`).
+        threads: the torch thread count every computation runs on (None: the thread's own).
     """
 
     def __init__(self, model, tokenizer, variant: str | Variant = DEFAULT_VARIANT, exact: bool | None = None,
                  chat: bool = False, batch_size: int = 8, progress: bool = False, allow_untested: bool = False,
-                 eos: bool = True, origin: Origin | None = None):
+                 eos: bool = True, origin: Origin | None = None, threads: int | None = None):
         check_model(model, allow_untested)
+        install(model)  # setllm's linear layers and attention, once: no call changes the model after
         options = ReadOptions(get_variant(variant), exact, chat, eos, batch_size, progress)
-        self._init(model, tokenizer, options, origin or Origin.of(model))
+        self._init(model, tokenizer, options, origin or Origin.of(model), threads=threads)
 
-    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None) -> None:
+    def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None,
+              threads: int | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
-                            ("_switch", switch), ("_lock", model_lock(model))):
+                            ("_switch", switch), ("_threads", threads)):
             object.__setattr__(self, name, value)
 
     @contextmanager
     def _running(self):
-        """The model to run, held for the computation: no other view of these weights (on
-        another thread) runs until it ends, since a computation switches the shared model's
-        layers and attention while it runs (:mod:`setllm.sharing`); where several adapters
-        share the weights (a view of an :class:`setllm.AdapterBank`), switched to this view's
-        adapter and kept there until the computation ends."""
-        with self._lock:
-            if self._switch is None:
-                yield self.model
-            else:
-                with self._switch() as model:
-                    yield model
+        """The model to run. A computation selects its row blocks and attention through
+        context of its own (:mod:`setllm.core.install`), so views of one model on several
+        threads run at the same time; where several adapters share the weights (a view of an
+        :class:`setllm.AdapterBank`), the bank's adapter is switched to this view's and held
+        there until the computation ends (:mod:`setllm.sharing`). A model loaded with a thread
+        count (``threads``, ``$SETLLM_THREADS``) runs every computation on that many, on any
+        thread (:func:`_pin_threads`)."""
+        _pin_threads(self._threads)
+        if self._switch is None:
+            yield self.model
+        else:
+            with self._switch() as model:
+                yield model
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable; use with_variant(...) or with_options({name}=...) for a new view")
@@ -146,7 +161,7 @@ class Reader:
 
     def _view(self, options: ReadOptions, switch) -> Self:
         view = object.__new__(type(self))
-        view._init(self.model, self.tokenizer, options, self.origin, switch)
+        view._init(self.model, self.tokenizer, options, self.origin, switch, self._threads)
         return view
 
     def with_variant(self, variant: str | Variant, exact: bool | None = None) -> Self:

@@ -1,15 +1,13 @@
-"""One lock per loaded model, shared by every view of its weights.
+"""One lock per loaded model, for what views of its weights cannot share: a bank's active adapter.
 
-A computation changes the shared model while it runs: scoring swaps every linear layer's
-forward (:func:`setllm.core.runtime.fixed_row_linears`) and the attention implementation
-(:func:`setllm.core.runtime.attention_implementation`), and an :class:`setllm.AdapterBank`
-view switches the active adapter. Two threads running on one model at once would mix those
-switches. Every view of a model (``with_variant``/``with_options`` views, the views of one
-bank) takes the same lock around each computation (``SetLLM._running``), so calls from
-several threads take turns and each gets what it would get alone.
+A computation never changes the model: setllm's linear layers and attention are installed
+once, when a model is wrapped, and each call selects them through context of its own
+(:mod:`setllm.core.install`), so views of one model (``with_variant``/``with_options``
+views) run on several threads at once. An :class:`setllm.AdapterBank` view switches the
+shared model's active adapter, which every forward reads: it holds this lock from the switch
+to the end of its computation (``AdapterBank.using``), so bank views take turns.
 
-The lock is re-entrant: a bank view takes it once in ``SetLLM._running`` and again in
-``AdapterBank.using``, on one thread, without deadlock.
+The lock is re-entrant: a bank view's computation may take it again on its own thread.
 """
 
 from __future__ import annotations

@@ -83,9 +83,9 @@ def test_soft_capped_and_sliding_families_score_like_the_plain_ladder(arch):
     assert scoring.score_requests(lm.model, lm.variant, lm.pad_id, reqs[:1])[0] == got[0]  # alone: the same bits
 
 
-def test_the_attention_implementation_is_put_back():
+def test_a_call_leaves_the_attention_implementation_as_installed():
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
     before = lm.model.config._attn_implementation
     prompt = mc_prompt("Which is a fruit?", ["apple", "dog"])
     lm.score(prompt, ["apple", "dog"])
-    assert lm.model.config._attn_implementation == before == "sdpa"
+    assert lm.model.config._attn_implementation == before == "setllm:sdpa"  # the model's own sdpa outside a call

@@ -11,8 +11,13 @@ from setllm.errors import InputError
 
 
 @pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("batched", [True, False], ids=["one-batched-product", "a-product-per-block"])
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])  # nn.Linear, and gpt2's Conv1D
-def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch):
+def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkeypatch):
+    """Both ways of multiplying the blocks (install.BATCHED_BLOCKS picks one per device type)."""
+    from setllm.core import install
+
+    monkeypatch.setattr(install, "BATCHED_BLOCKS", {"cpu"} if batched else set())
     model = tiny_model(arch, **({"n_embd": 128, "n_head": 4} if arch == "gpt2" else {"hidden_size": 128, "intermediate_size": 256,
                                                                                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
     layer = next(m for m in model.modules() if type(m).__name__ in ("Linear", "Conv1D") and m is not model.get_output_embeddings())
@@ -26,12 +31,23 @@ def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch):
     torch.testing.assert_close(plain, alone, rtol=1e-5, atol=1e-6)  # the same function, other kernels
 
 
-def test_layers_get_their_own_forward_back():
+def test_installed_layers_are_plain_outside_a_plan_and_a_plan_changes_no_layer():
+    from setllm.core import install
+
     model = tiny_model("llama")
+    install.install(model)
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    forwards = [m.__dict__["forward"] for m in layers]
+    x = torch.randn(3, 5, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     head = model.get_output_embeddings()
+    assert torch.equal(head(x), torch.nn.Linear.forward(head, x))  # no plan: the layer's own forward, bit for bit
     with runtime.fixed_row_linears(model, 64, 16):
-        assert "forward" in head.__dict__
-    assert not any("forward" in m.__dict__ for m in model.modules())
+        assert [m.__dict__["forward"] for m in layers] == forwards
+        blocked = head(x)
+    assert [m.__dict__["forward"] for m in layers] == forwards
+    torch.testing.assert_close(blocked, torch.nn.Linear.forward(head, x), rtol=1e-5, atol=1e-6)  # other kernels, the same function
+    install.install(model)  # a second install changes nothing
+    assert [m.__dict__["forward"] for m in layers] == forwards
 
 
 def test_lengths_past_the_context_are_refused():

@@ -68,12 +68,12 @@ def test_equal_requests_share_work_and_options_come_back_in_the_callers_order(lm
 def test_many_prompts_share_one_packed_forward(lm, monkeypatch):
     calls = []
     real = scoring.packed_forward
-    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(len(ids)) or real(model, plan, ids, *a))
     reqs = [request(lm, w) for w in range(4)]  # four prompt lengths, two prompt buckets
     run(lm, reqs)
     assert len(calls) == 1  # one forward: the four prompts and, after them, all their option rows
-    # Real tokens only (no padding goes through the layers): the prompts, then tokens 0..n-1 of each option.
-    assert calls[0][0] == sum(len(r.prompt) + sum(map(len, r.options)) for r in reqs)
+    # Real tokens only (the forward pads them once, to whole row blocks): the prompts, then tokens 0..n-1 of each option.
+    assert calls[0] == sum(len(r.prompt) + sum(map(len, r.options)) for r in reqs)
 
 
 def test_rows_on_the_cache_score_the_bits_of_rows_in_the_prompts_forward(lm, monkeypatch):
@@ -83,7 +83,7 @@ def test_rows_on_the_cache_score_the_bits_of_rows_in_the_prompts_forward(lm, mon
     together = run(lm, reqs)
     calls = []
     real = scoring.packed_forward
-    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(ids.shape) or real(model, plan, ids, *a))
+    monkeypatch.setattr(scoring, "packed_forward", lambda model, plan, ids, *a: calls.append(len(ids)) or real(model, plan, ids, *a))
     monkeypatch.setattr(scoring, "OPTION_TOKENS", 5)
     assert run(lm, reqs) == together and len(calls) > 2
 

@@ -198,7 +198,7 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
     long, short = docs.render(record, tuple(range(5))), docs.documents_prompt(["a b", "c d"], "Q?")
     assert len(auto.encode(long)) > 100 > len(auto.encode(short))
     auto.generate(long, max_new_tokens=3)
-    assert backends[0] == "flex_attention" and auto.model.config._attn_implementation == "sdpa"  # put back after the prefill
+    assert backends[0] == "flex_attention" and auto.model.config._attn_implementation == "setllm:sdpa"  # the model unchanged by the prefill
     backends.clear()
     sdpa.generate(long, max_new_tokens=3)
     assert set(backends) == {"sdpa"}

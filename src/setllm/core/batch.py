@@ -57,7 +57,7 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
     pos, start = prompt.positions(scheme)
     n_p, n_r = len(prompt), len(response)
     # The response continues after the prompt; under NoPE every position is 0.
-    resp_pos = (start + response_steps(scheme, n_r)).tolist()
+    resp_pos = [start] * n_r if scheme == "nope" else list(range(start, start + n_r))
     next_pos = start if scheme == "nope" else start + n_r
     fields = (
         prompt.input_ids + list(response),
@@ -68,6 +68,16 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
         prompt.element_ids + [NOT_IN_SET] * n_r,
     )
     return fields, next_pos
+
+
+def padded_layout(prompt: EncodedPrompt, scheme: PositionKind, length: int) -> tuple[tuple[list, ...], int]:
+    """One prompt's layout fields (``valid, is_prompt, set_ids, element_ids, positions``, as
+    :class:`TokenLayout` orders them) left-padded to ``length``, in lists, and the position
+    after it: what :func:`collate` makes of it alone, before any tensor."""
+    (ids, pos, valid, is_prompt, sets, elems), next_position = _row(prompt, [], scheme)
+    pad = length - len(ids)
+    fills = (False, False, NOT_IN_SET, NOT_IN_SET, 0)
+    return tuple([fill] * pad + values for values, fill in zip((valid, is_prompt, sets, elems, pos), fills)), next_position
 
 
 def response_steps(scheme: PositionKind, n: int) -> torch.Tensor:

@@ -133,19 +133,18 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
     ended = [False] * len(tokens)  # hit a stop id: later tokens are dropped
     stopped = [False] * len(tokens)  # ended, or hit a stop string
-    with runtime.decoding(model):  # the attention of cached steps, switched to once, not at every step
-        for chunk in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
-            for column in chunk.t().tolist():
-                for row, t in enumerate(column):
-                    if not ended[row]:
-                        tokens[row].append(t)
-                        ended[row] = t in stop_ids
-                if on_token is not None:
-                    on_token()
-                if config.stop:
-                    stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
-                    if all(stopped):
-                        return tokens
+    for chunk in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
+        for column in chunk.t().tolist():
+            for row, t in enumerate(column):
+                if not ended[row]:
+                    tokens[row].append(t)
+                    ended[row] = t in stop_ids
+            if on_token is not None:
+                on_token()
+            if config.stop:
+                stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
+                if all(stopped):
+                    return tokens
     return tokens
 
 

@@ -16,8 +16,8 @@ first layer) and shared by every layer, and the block runs alone, so its shape (
 runs on flex is decided by its length and the device (:func:`setllm.core.runtime.uses_flex`),
 never by what else is in the batch.
 
-The attention implementation is registered with transformers' ``AttentionInterface``
-(its public hook for custom attention) and switched on only inside :func:`blocks_on`.
+The model's attention is installed once (:mod:`setllm.core.install`, through transformers'
+``AttentionInterface``); :func:`blocks_on` selects :func:`block_attention` for one call.
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import flex
+from . import flex, install
 from .masks import TokenLayout, render_bool, variant_mask
-from .runtime import attention_implementation
 from .variants import MaskKind
 
-NAME = "setllm_packed_attention"
-PAD = -1  # a gathered position that is padding (reads a zero vector)
+PAD = -1  # a gathered position that is padding (reads packed row 0, masked or never read)
 
 
 @dataclass(frozen=True)
@@ -49,61 +47,88 @@ class FlexMask:
 
 
 @dataclass(frozen=True)
+class DenseMask:
+    """A block's dense mask, still a predicate: its kind over its layout ``[1, K]`` (the
+    queries its last slots), within the model's sliding window on the layers that slide
+    (None: the model has no window). Rendered once per group of blocks (:func:`plan`)."""
+
+    kind: MaskKind
+    layout: TokenLayout | tuple[list, ...]  # or its fields in lists (valid, is_prompt, set_ids, element_ids, positions)
+    window: int | None = None
+
+
+@dataclass(frozen=True)
 class AttentionBlock:
     """One request's attention block: the packed query and key index of each of its rows and
-    keys (``PAD`` for padding), its mask ``[Q, K]`` (True = attend), and the same mask within
-    the model's sliding window for the layers that slide (None: the model has no window).
-    A block with a :class:`FlexMask` instead runs on flex attention (its dense masks unused)."""
+    keys (``PAD`` for padding), and its mask: given ``[Q, K]`` (True = attend; ``windowed``
+    the same within the model's sliding window, None: the model has no window), a
+    :class:`DenseMask` predicate (``dense``), or a :class:`FlexMask` (the block runs on flex)."""
 
     queries: Sequence[int]
     keys: Sequence[int]
-    mask: torch.Tensor | None
+    mask: torch.Tensor | None = None
     windowed: torch.Tensor | None = None
     flex: FlexMask | None = None
+    dense: DenseMask | None = None
 
 
-def dense_block(queries: Sequence[int], keys: Sequence[int], kind: MaskKind, layout: TokenLayout, window: int | None) -> AttentionBlock:
-    """A block with dense masks: ``kind``'s mask over ``layout [1, K]`` (one slot per key),
+def dense_block(queries: Sequence[int], keys: Sequence[int], kind: MaskKind, layout: TokenLayout | tuple[list, ...], window: int | None) -> AttentionBlock:
+    """A block with a dense mask: ``kind``'s mask over ``layout [1, K]`` (one slot per key; or
+    its fields in lists, :class:`DenseMask`),
     the queries being its last ``len(queries)`` slots, and the same within the model's
-    sliding ``window`` (None: no window)."""
-    q_len, n = len(queries), layout.shape[1]
-
-    def mask(w):
-        return render_bool(variant_mask(kind, layout, w), 1, q_len, n, q_offset=n - q_len)[0, 0]
-
-    return AttentionBlock(queries, keys, mask(None), mask(window) if window is not None else None)
+    sliding ``window`` (None: no window). Rendered with the other blocks of its shape, in
+    one computation for the group (a mask is booleans: the same whichever way it is made)."""
+    return AttentionBlock(queries, keys, dense=DenseMask(kind, layout, window))
 
 
 @dataclass(frozen=True)
 class _Group:
-    """Attention blocks of one shape, stacked: gather indices ``[G, Q]``/``[G, K]`` (padding points
-    one past the end, at a zero row), masks ``[G, 1, Q, K]``, and where real query rows go."""
+    """Attention blocks of one shape, stacked: gather indices ``[G, Q]``/``[G, K]`` (padding
+    points at packed row 0, a real token: a padded key is masked, so its value adds exactly 0,
+    and a padded query's output is never read), masks ``[G, 1, Q, K]``, and where real query
+    rows go (``rows``: packed index; ``block``/``row``: its place in ``[G, Q]``)."""
 
     queries: torch.Tensor
     keys: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
     windowed: torch.Tensor | None
-    rows: torch.Tensor  # packed query index of each real row
-    picks: torch.Tensor  # flat index into G * Q of the same rows
+    rows: torch.Tensor
+    block: torch.Tensor
+    row: torch.Tensor
     flex: FlexMask | None = None  # one block on flex attention (G = 1)
-    on_device: dict = field(default_factory=dict)  # masks and indices on the device, made at the first layer
+    on_device: dict = field(default_factory=dict)  # index tensors and masks on the device, made at the first layer
 
-    def on(self, device) -> _Group:
-        """This group's index tensors on ``device``, moved there once per forward (every layer reads them)."""
+    def gather(self, x: torch.Tensor, heads: tuple[torch.Tensor, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+        """``x [1, Hx, S, d]`` gathered to ``[G, Hx, T, d]`` at packed ``tokens [G, T]``
+        (``heads``: the batch index ``[1, 1, 1]`` and every head ``[1, Hx, 1]``), in one
+        indexing op; ``tokens`` is moved to the device once per forward."""
+        key = ("tokens", id(tokens), str(x.device))
+        if key not in self.on_device:
+            self.on_device[key] = tokens[:, None, :].to(x.device)
+        return x[(*heads, self.on_device[key])]
+
+    def index(self, device) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Where the real rows go in ``[1, S]`` (the batch index and ``rows``) and where they
+        are in ``[G, Q]`` (``block``, ``row``), on ``device``, made once per forward."""
         key = ("index", str(device))
         if key not in self.on_device:
-            moved = (self.queries, self.keys, self.rows, self.picks)
-            self.on_device[key] = _Group(*(t.to(device) for t in moved[:2]), None, None, *(t.to(device) for t in moved[2:]))
+            rows, block, row = (t.to(device) for t in (self.rows, self.block, self.row))
+            self.on_device[key] = (torch.zeros_like(rows), rows), block, row
         return self.on_device[key]
 
-    def dense_mask(self, sliding: bool, device) -> torch.Tensor:
-        """This group's dense mask on ``device``, moved there once per forward (not once per layer)."""
-        key = ("dense", sliding)
+    def dense_mask(self, sliding: bool, dtype, device) -> torch.Tensor:
+        """This group's mask on ``device``, made once per forward (not once per layer): bool
+        for the eager formula (``dtype`` None), else additive (0 / -inf) in ``dtype``, the form
+        sdpa would make of a bool mask at every layer."""
+        key = ("dense", sliding, dtype, str(device))
         if key not in self.on_device:
             mask = self.windowed if sliding else self.mask
             if mask is None:
                 raise RuntimeError("a sliding layer, but the plan has no windowed masks (built for a model without a window?)")
-            self.on_device[key] = mask.to(device)
+            mask = mask.to(device)
+            if dtype is not None:
+                mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, float("-inf"))
+            self.on_device[key] = mask
         return self.on_device[key]
 
     def block_mask(self, sliding: bool, device):
@@ -122,25 +147,54 @@ class Plan:
     groups: list[_Group]
     n_queries: int
     n_keys: int
+    on_device: dict = field(default_factory=dict)
+
+    def heads(self, heads: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather indices of ``heads`` heads (batch ``[1, 1, 1]``, heads ``[1, H, 1]``), made once per forward."""
+        key = (heads, str(device))
+        if key not in self.on_device:
+            self.on_device[key] = torch.zeros(1, 1, 1, dtype=torch.long, device=device), torch.arange(heads, device=device)[None, :, None]
+        return self.on_device[key]
 
 
 def plan(blocks: Sequence[AttentionBlock], n_queries: int, n_keys: int) -> Plan:
     by_shape: dict[tuple, list[AttentionBlock]] = {}
     for i, s in enumerate(blocks):  # a flex block is a group of its own
-        by_shape.setdefault((len(s.queries), len(s.keys)) if s.flex is None else ("flex", i), []).append(s)
-    return Plan([_group(members, n_queries, n_keys) for members in by_shape.values()], n_queries, n_keys)
+        kind = None if s.dense is None else (s.dense.kind, s.dense.window)
+        by_shape.setdefault((len(s.queries), len(s.keys), kind) if s.flex is None else ("flex", i), []).append(s)
+    return Plan([_group(members) for members in by_shape.values()], n_queries, n_keys)
 
 
-def _group(members: Sequence[AttentionBlock], n_queries: int, n_keys: int) -> _Group:
-    queries = torch.tensor([[n_queries if i == PAD else i for i in s.queries] for s in members])
-    keys = torch.tensor([[n_keys if i == PAD else i for i in s.keys] for s in members])
-    flat = queries.reshape(-1)
-    real = (flat != n_queries).nonzero().squeeze(1)
+def _group(members: Sequence[AttentionBlock]) -> _Group:
+    queries = torch.tensor([list(s.queries) for s in members])
+    keys = torch.tensor([list(s.keys) for s in members])
+    real = (queries != PAD).nonzero()  # [R, 2]: (block, row) of each real query
+    rows = queries[real[:, 0], real[:, 1]]
+    queries, keys = queries.clamp(min=0), keys.clamp(min=0)  # PAD -> packed row 0 (see _Group)
     if members[0].flex is not None:
-        return _Group(queries, keys, None, None, flat[real], real, flex=members[0].flex)
-    mask = torch.stack([s.mask for s in members])[:, None]
-    windowed = torch.stack([s.windowed for s in members])[:, None] if members[0].windowed is not None else None
-    return _Group(queries, keys, mask, windowed, flat[real], real)
+        return _Group(queries, keys, None, None, rows, real[:, 0], real[:, 1], flex=members[0].flex)
+    if members[0].dense is not None:
+        mask, windowed = _render_group([s.dense for s in members], queries.shape[1])
+    else:
+        mask = torch.stack([s.mask for s in members])[:, None]
+        windowed = torch.stack([s.windowed for s in members])[:, None] if members[0].windowed is not None else None
+    return _Group(queries, keys, mask, windowed, rows, real[:, 0], real[:, 1])
+
+
+def _render_group(masks: Sequence[DenseMask], q_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The masks ``[G, 1, Q, K]`` of blocks of one shape, kind and window, rendered at once
+    over their stacked layouts (and within the window, or None)."""
+    first = masks[0]
+    if isinstance(first.layout, TokenLayout):
+        layout = TokenLayout(*(torch.cat(f) for f in zip(*(m.layout._fields() for m in masks))))  # [G, K]
+    else:  # fields in lists: one tensor per field for the group
+        layout = TokenLayout(*(torch.tensor(f) for f in zip(*(m.layout for m in masks))))
+    n = layout.shape[1]
+
+    def render(w):
+        return render_bool(variant_mask(first.kind, layout, w), len(masks), q_len, n, q_offset=n - q_len)
+
+    return render(None), render(first.window) if first.window is not None else None
 
 
 _PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_attention_plan")
@@ -151,39 +205,48 @@ def block_attention(module, query, key, value, attention_mask, scaling=None, dro
     block by block as the current :class:`Plan` says. The ``attention_mask`` transformers
     passes is a placeholder; a layer that slides says so by its ``sliding_window`` argument
     and gets the blocks' windowed masks. Returns ``[1, Sq, H, d]`` as transformers'
-    attention functions do."""
+    attention functions do. A packed row no block queries (the padding after the last
+    block's tokens) gets some row's output: nothing reads it."""
     p = _PLAN.get()
     sliding = kwargs.get("sliding_window") is not None
-    heads, n_rep = query.shape[1], query.shape[1] // key.shape[1]
-    q, k, v = (_with_zero_row(x[0]) for x in (query, key, value))  # [H, S + 1, d]
-    out = query.new_zeros(heads, query.shape[2], value.shape[-1])
+    heads = p.heads(query.shape[1], query.device)  # the query heads' index: [1, H, 1]
+    kv_heads = p.heads(key.shape[1], query.device)  # the key heads', [1, Hkv, 1]: attention shares them (grouped-query)
+    out = None
     for g in p.groups:
-        index = g.on(q.device)
-        qg = q[:, index.queries].transpose(0, 1)  # [G, H, Q, d]
-        if g.flex is not None:  # flex takes the key heads as they are (grouped-query attention)
-            kg, vg = k[:, index.keys].transpose(0, 1), v[:, index.keys].transpose(0, 1)
+        qg = g.gather(query, heads, g.queries)  # [G, H, Q, d]
+        kg, vg = g.gather(key, kv_heads, g.keys), g.gather(value, kv_heads, g.keys)  # [G, Hkv, K, d]
+        if g.flex is not None:
             og = flex.attend(qg, kg, vg, g.block_mask(sliding, qg.device), scaling, softcap)
         else:
-            og = _dense(g, sliding, qg, k[:, index.keys], v[:, index.keys], n_rep, scaling, softcap)  # [G, H, Q, d]
-        out[:, index.rows] = og.transpose(0, 1).reshape(heads, -1, og.shape[-1])[:, index.picks]
-    return out.transpose(0, 1)[None], None
+            og = _attend(qg, kg, vg, g, sliding, scaling, softcap)  # [G, H, Q, d]
+        out = _place(out, og, g, query.shape[2])
+    return out, None
 
 
-def _dense(g: _Group, sliding: bool, qg, k, v, n_rep: int, scaling, softcap):
-    """Attention of a group's blocks with their dense masks; ``k``, ``v``: ``[Hkv, G, K, d]``."""
-    kg = k.transpose(0, 1).repeat_interleave(n_rep, dim=1)
-    vg = v.transpose(0, 1).repeat_interleave(n_rep, dim=1)
-    return _attend(qg, kg, vg, g.dense_mask(sliding, qg.device), scaling, softcap)
+def _place(out, og: torch.Tensor, g: _Group, n: int) -> torch.Tensor:
+    """``out [1, S, H, d]`` with group ``g``'s real rows written at their packed places: the
+    first group's output gathered to every packed row at once (one op), the next written in."""
+    if out is None:
+        key = ("all", n, str(og.device))
+        if key not in g.on_device:  # every packed row: its own (block, row) in this group, or (0, 0)
+            b, r = [0] * n, [0] * n
+            for i, gb, gr in zip(g.rows.tolist(), g.block.tolist(), g.row.tolist()):
+                b[i], r[i] = gb, gr
+            g.on_device[key] = (torch.tensor([b], device=og.device), torch.tensor([r], device=og.device))  # [1, S]
+        b, r = g.on_device[key]
+        return og[b, :, r]
+    rows, block, row = g.index(og.device)
+    return out.index_put_(rows, og[block, :, row])
 
 
-def _with_zero_row(x: torch.Tensor) -> torch.Tensor:
-    return torch.cat([x, x.new_zeros(x.shape[0], 1, x.shape[2])], 1)
-
-
-def _attend(q, k, v, mask, scaling, softcap):
+def _attend(q, k, v, g: _Group, sliding: bool, scaling, softcap):
+    """``q [G, H, Q, d]`` over ``k, v [G, Hkv, K, d]`` (each key head shared by ``H / Hkv`` query heads)."""
     if softcap is None:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        mask = g.dense_mask(sliding, q.dtype, q.device)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
     # Soft-capped logits (Gemma 2) have no sdpa kernel: the eager formula.
+    k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
+    mask = g.dense_mask(sliding, None, q.device)
     scores = (q @ k.transpose(-1, -2)) * (scaling if scaling is not None else q.shape[-1] ** -0.5)
     scores = torch.tanh(scores / softcap) * softcap
     weights = scores.masked_fill(~mask, float("-inf")).float().softmax(-1).to(q.dtype)
@@ -192,26 +255,15 @@ def _attend(q, k, v, mask, scaling, softcap):
 
 @contextmanager
 def blocks_on(model, p: Plan):
-    """Inside, ``model``'s attention runs :func:`block_attention` under plan ``p``."""
-    _register()
+    """Inside (this thread only), ``model``'s attention runs :func:`block_attention` under plan
+    ``p``; the model itself is not changed (:mod:`setllm.core.install`)."""
+    install.install(model)
     token = _PLAN.set(p)
     try:
-        with attention_implementation(model, NAME):
+        with install.attention(block_attention):
             yield
     finally:
         _PLAN.reset(token)
-
-
-_registered = False
-
-
-def _register() -> None:
-    global _registered
-    if not _registered:
-        from transformers import AttentionInterface
-
-        AttentionInterface.register(NAME, block_attention)
-        _registered = True
 
 
 def placeholder_mask(device) -> torch.Tensor:

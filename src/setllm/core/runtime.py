@@ -8,11 +8,13 @@ Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 
 from __future__ import annotations
 
-import functools
 from contextlib import contextmanager
 from functools import cache as _once
 
+import torch
+
 from ..errors import InputError
+from . import install
 from .families import SUPPORTED_MODEL_TYPES, default_attention
 from .masks import TokenLayout, render, variant_mask
 from .prompt import PromptTooLong
@@ -34,7 +36,7 @@ def check_model(model, allow_untested: bool = False) -> None:
             f"model type {model_type!r} has not been verified to honour custom masks and positions "
             f"(verified: {', '.join(SUPPORTED_MODEL_TYPES)}); pass allow_untested=True / --allow-untested to try it"
         )
-    problem = attention_problem(getattr(config, "_attn_implementation", "sdpa"))
+    problem = attention_problem(install.own_attention(config))
     if problem:
         raise UnsupportedModelError(f"{problem} (load the model with attn_implementation=...)")
 
@@ -122,11 +124,12 @@ def context_length(config) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int):
-    """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache): one
-    mask, or a dict of masks by layer type where layers differ in their window."""
+def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int, impl: str | None = None):
+    """The rendered mask for the last ``q_len`` tokens of ``layout`` (the rest is cache), for
+    attention ``impl`` (default: the model's own): one mask, or a dict of masks by layer type
+    where layers differ in their window."""
     layout = layout.to(model.device)
-    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    impl = impl or install.own_attention(model.config)
     return _per_layer_type(model, lambda w: _render(variant, layout, w, impl, q_len, model))
 
 
@@ -146,16 +149,26 @@ def _render(variant: Variant, layout: TokenLayout, window: int | None, impl: str
         from .flex import FlexLayout, block_mask
 
         return block_mask(FlexLayout.of(variant.mask, layout, window, kv_len - q_len), q_len, kv_len)
-    return render(variant_mask(variant.mask, layout, window), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
-                  device=model.device, dtype=model.dtype)
+    return _sdpa_ready(render(variant_mask(variant.mask, layout, window), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
+                              device=model.device, dtype=model.dtype), model.dtype)
+
+
+def _sdpa_ready(mask, dtype):
+    """A bool mask as sdpa would make it at every layer (0 / -inf in the model's dtype), made
+    once per forward: the same additive values, so the same attention, with 3 ops fewer per layer."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
     """Run the model on ``input_ids [B, Q]`` given ``layout [B, K]`` (K = cache + Q)."""
     check_length(model.config, layout.shape[1], int(position_ids.max()) + 1)
+    install.install(model)
     cached = layout.shape[1] > input_ids.shape[1]
-    with _cached_step_attention(model, cached), _long_prompt_attention(model, 0 if cached else input_ids.shape[1]), _static_flex_shapes(model):
-        mask = attention_mask(model, variant, layout, input_ids.shape[1])
+    impl = forward_attention(model, 0 if cached else input_ids.shape[1])
+    with install.attention(None if impl == install.own_attention(model.config) else impl), _static_flex_shapes(impl, model.device):
+        mask = attention_mask(model, variant, layout, input_ids.shape[1], impl)
         device = model.device
         return model(
             input_ids=input_ids.to(device),
@@ -174,71 +187,36 @@ def step(model, input_ids, position_ids, layout: TokenLayout, cache):
     :func:`setllm.core.masks.variant_mask` gives its row under every mask kind, so the mask is
     drawn from validity and positions alone, on the device, with no set machinery, and no
     value goes back to the host. The caller checks the length once, before decoding."""
-    with decoding(model):
-        mask = _step_mask(model, layout)
+    install.install(model)
+    impl = step_attention(model)
+    with install.attention(None if impl == install.own_attention(model.config) else impl):
+        mask = _step_mask(model, layout, impl)
         return model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
                      **{cache_kwarg(): cache}, logits_to_keep=1)
 
 
-def _step_mask(model, layout: TokenLayout):
+def _step_mask(model, layout: TokenLayout, impl: str):
     from .masks import and_masks, padding_mask, window_mask
 
-    impl = getattr(model.config, "_attn_implementation", "sdpa")
     batch, kv_len = layout.shape
-    return _per_layer_type(model, lambda w: render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
-                                                   impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype))
+    return _per_layer_type(model, lambda w: _sdpa_ready(render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
+                                                               impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype),
+                                                        model.dtype))
 
 
 @contextmanager
 def fixed_row_linears(model, rows: int, head_rows: int):
-    """Inside, every linear layer of ``model`` (``nn.Linear``; gpt2's ``Conv1D``) multiplies
-    its input as blocks of exactly ``rows`` rows, the output head as blocks of ``head_rows``
-    (the last block zero-padded), so a row's result depends on the row alone, never on how
-    many rows share the forward (see :mod:`setllm.core.scoring`). The head gets smaller blocks
-    because it is read for one row per prompt and is the widest layer (a 49k-word vocabulary
-    times 64 rows would cost more than the row it serves). Only the model's own layers
-    change, and only inside the block."""
-    import torch
-    from transformers.pytorch_utils import Conv1D
-
-    head = model.get_output_embeddings()
-    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
-    before = [m.__dict__.get("forward") for m in layers]  # an instance-level forward (a hook's) is kept
-    for m in layers:
-        m.forward = functools.partial(_blocked_linear, m, head_rows if m is head else rows, isinstance(m, Conv1D))
-    try:
+    """Inside (this thread only), every linear layer of ``model`` (``nn.Linear``; gpt2's
+    ``Conv1D``) multiplies its input as blocks of exactly ``rows`` rows, the output head as
+    blocks of ``head_rows`` (:func:`setllm.core.install.blocked_linear`), so a row's result
+    depends on the row alone, never on how many rows share the forward (see
+    :mod:`setllm.core.scoring`). The head gets smaller blocks because it is read for one row
+    per prompt and is the widest layer (a 49k-word vocabulary times 64 rows would cost more
+    than the row it serves). The layers were installed once (:func:`setllm.core.install.install`);
+    the model is not changed here: the plan belongs to the call."""
+    install.install(model)
+    with install.fixed_rows(install.RowPlan(rows, head_rows, model.get_output_embeddings())):
         yield
-    finally:
-        for m, forward in zip(layers, before):
-            if forward is None:
-                del m.forward  # back to the class's own forward
-            else:
-                m.forward = forward
-
-
-def _blocked_linear(layer, rows: int, conv1d: bool, x):
-    import torch
-
-    flat = x.reshape(-1, x.shape[-1])  # [M, in]
-    n = flat.shape[0]
-    if n % rows:
-        flat = torch.cat([flat, flat.new_zeros(rows - n % rows, flat.shape[1])])
-    weight = layer.weight if conv1d else layer.weight.t()  # [in, out]; gpt2's Conv1D stores it so
-    if torch.is_grad_enabled() and (flat.requires_grad or weight.requires_grad):  # out= has no gradient
-        out = torch.cat([_product(layer.bias, block, weight) for block in flat.split(rows)])
-    else:  # each block's product written in place: no concatenation of the blocks after
-        out = flat.new_empty(flat.shape[0], weight.shape[1])
-        for block, dest in zip(flat.split(rows), out.split(rows)):
-            _product(layer.bias, block, weight, out=dest)
-    return out[:n].reshape(*x.shape[:-1], out.shape[-1])
-
-
-def _product(bias, block, weight, out=None):
-    """``block @ weight (+ bias)``: the same kernel call with or without ``out``."""
-    import torch
-
-    kw = {} if out is None else {"out": out}
-    return torch.mm(block, weight, **kw) if bias is None else torch.addmm(bias, block, weight, **kw)
 
 
 def output_cache(out):
@@ -265,19 +243,24 @@ def use_auto_attention(model) -> None:
 
 @contextmanager
 def attention_implementation(model, name: str):
-    """Inside, ``model`` runs attention ``name``; after, its own again."""
-    before = model.config._attn_implementation
-    model.set_attn_implementation(name)
+    """Inside, ``model``'s own attention is ``name``; after, its own again. A tool for
+    benchmarks and tests that compare implementations on one model's weights: it changes the
+    model, so no call of setllm uses it (a call picks its attention through
+    :func:`setllm.core.install.attention`)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    before = base.config._attn_implementation
+    installed = before.startswith(install.PREFIX)
+    base.set_attn_implementation(install.register(name) if installed else name)
     try:
         yield
     finally:
-        model.set_attn_implementation(before)
+        base.set_attn_implementation(before)
 
 
 def uses_flex(model, q_len: int) -> bool:
     """Whether a prompt of ``q_len`` tokens is read on flex attention: always where the model
     was loaded with it; under ``attn="auto"`` from the device's :data:`FLEX_FROM` length."""
-    impl = getattr(model.config, "_attn_implementation", None)
+    impl = install.own_attention(model.config)
     if impl == "flex_attention":
         return True
     auto = getattr(model, "_setllm_auto_attention", False) and impl == "sdpa"
@@ -293,46 +276,35 @@ def prompt_length(model, n: int) -> int:
     return padded_length(n, model.device) if uses_flex(model, n) else n
 
 
-@contextmanager
-def _long_prompt_attention(model, q_len: int):
-    if q_len == 0 or model.config._attn_implementation != "sdpa" or not uses_flex(model, q_len):
-        yield
-        return
-    with attention_implementation(model, "flex_attention"):
-        yield
+def forward_attention(model, q_len: int) -> str:
+    """The attention a forward of ``q_len`` new tokens runs (0: a forward on a cache): flex for
+    a long prompt under ``attn="auto"``, on a cache :func:`step_attention`, else the model's own."""
+    own = install.own_attention(model.config)
+    if q_len == 0:
+        return step_attention(model)
+    return "flex_attention" if own == "sdpa" and uses_flex(model, q_len) else own
+
+
+def step_attention(model) -> str:
+    """Flex attention serves the prefill, where long prompts gain from block sparsity; steps
+    on a cache run under sdpa (eager for gemma2): flex's CPU kernel fails to compile for
+    single-token queries (torch 2.13), and a few query rows gain nothing from a BlockMask."""
+    own = install.own_attention(model.config)
+    return default_attention(model.config.model_type, "sdpa") if own == "flex_attention" else own
 
 
 @contextmanager
-def _static_flex_shapes(model):
+def _static_flex_shapes(impl: str, device):
     """On CPU, compile flex attention for each prompt length on its own: torch 2.13's dynamic-
     shape CPU kernel, which a second length would trigger, fails to compile (inductor:
     ``cur_qSplitSize9 was not declared``). Prompts come in :func:`prompt_length` buckets, so
     the lengths, and the compilations, are few."""
-    if getattr(model.config, "_attn_implementation", None) != "flex_attention":
+    if impl != "flex_attention":
         yield
         return
     from .flex import compile_settings
 
-    with compile_settings(model.device):
-        yield
-
-
-def decoding(model):
-    """Inside, cached decoding steps run on their attention (see :func:`_cached_step_attention`):
-    entered once around a decoding loop, each step's own entry is then a no-op (switching a
-    model's attention implementation walks its modules)."""
-    return _cached_step_attention(model, True)
-
-
-@contextmanager
-def _cached_step_attention(model, cached: bool):
-    """Flex attention serves the prefill, where long prompts gain from block sparsity; steps
-    on a cache run under sdpa (eager for gemma2): flex's CPU kernel fails to compile for
-    single-token queries (torch 2.13), and a few query rows gain nothing from a BlockMask."""
-    if not cached or getattr(model.config, "_attn_implementation", None) != "flex_attention":
-        yield
-        return
-    with attention_implementation(model, default_attention(model.config.model_type, "sdpa")):
+    with compile_settings(device):
         yield
 
 

@@ -14,20 +14,32 @@ differ). Within one shape the rows are computed alike wherever they sit (measure
 differences when rows move). So:
 
 - the tokens of all prompts and option rows of a forward are packed into one row of real
-  tokens, and every linear layer multiplies it as blocks of exactly :func:`matmul_rows` rows,
-  one size per device type (the output head ``HEAD_ROWS``; the last block zero-padded,
-  :func:`setllm.core.runtime.fixed_row_linears`), whatever the batch;
+  tokens, padded once (:func:`packed_forward`) to whole blocks of exactly :func:`matmul_rows`
+  rows, one size per device type, and every linear layer multiplies a view of it as
+  ``[blocks, rows, width]`` in one batched product (the output head: blocks of
+  ``HEAD_ROWS``; :func:`setllm.core.install.blocked_linear`), whatever the batch. A batched
+  product of fp32 on the CPU computes each block by its own product of that one shape
+  (measured here, at 1 and 2 threads: every block of 1 to 40 bit-identical to the block
+  multiplied alone, and to ``mm`` of the block): a block's rows get the bits of the same
+  block alone;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
   :func:`setllm.core.flex.padded_length`), each option right-padded to a multiple of
-  ``OPTION_BUCKET``.
+  ``OPTION_BUCKET``. A padded slot gathers packed row 0, whatever token that is: as a key
+  it is masked (0 / -inf added before the softmax), so its weight is exactly 0 and it adds
+  exactly 0 to every real row's sum; as a query, nothing reads its row. The padding after
+  the last block's tokens is no block's query or key.
 
 A (prompt, option) pair alone and among any others then runs the very same kernels on its
 rows: bit-identical by construction, not by a property of one CPU. (The thread count is
 part of the kernel choice: compare within one thread count.) Products of 64 rows run at
 full speed on a CPU (measured here: 116 GFLOP/s, as 128 to 1024 rows); padding goes through
-no layer but attention, so the price is the last partial block of each forward.
+every layer only to the end of the last row block, as the last block's zeros did before.
+
+The model is not changed by a call: the linear layers and the attention were installed
+once (:mod:`setllm.core.install`), and a forward's row blocks and attention plan are
+context of the call, so calls on several threads run at once with these same bits.
 
 Shapes: B prompts, V vocab; packed rows are ``[1, S]``.
 """
@@ -41,10 +53,11 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from . import packed_attention
-from .batch import Batch, collate, continuation_layout, response_steps
-from .encoding import EncodedPrompt
+from . import install, packed_attention
+from .batch import Batch, collate, continuation_layout, padded_layout, response_steps
+from .encoding import NOT_IN_SET, EncodedPrompt
 from .flex import padded_length
+from .masks import TokenLayout
 from .runtime import (
     cache_kwarg,
     check_fits,
@@ -91,8 +104,11 @@ HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
 WIDE_HEAD_ROWS, WIDE_VOCAB = 64, 65536
 PROMPT_BUCKET = 16
 OPTION_BUCKET = 4
-# Bounds on memory only (any split gives the same bits): packed tokens per forward.
-PREFILL_TOKENS = 2048
+# Bounds on memory only (any split gives the same bits): packed tokens per forward. Each
+# forward pays its host work once (ops per layer, mask and index making): at 2,048 tokens, 8
+# prompts after a 1k-token set took 8 forwards and 4.6x plain transformers' ops; 16k tokens
+# take them in one, a quarter of the tokens of lm-eval's padded forward of the same options.
+PREFILL_TOKENS = 16384
 OPTION_TOKENS = 256
 
 
@@ -158,7 +174,11 @@ def round_up(n: int, step: int) -> int:
 
 
 class _Prompts:
-    """Prompts packed into one row: where each one's tokens are and its own padded layout."""
+    """Prompts packed into one row: where each one's tokens are and its own padded layout.
+
+    Layouts are Python lists here (``valid, is_prompt, set_ids, element_ids, positions``,
+    as :class:`setllm.core.masks.TokenLayout`): a forward's blocks become tensors once per
+    group of blocks (:func:`setllm.core.packed_attention.plan`), not once per block."""
 
     def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
         self.variant, self.encs, self.window = variant, encs, sliding_window(model.config)
@@ -167,23 +187,26 @@ class _Prompts:
         # A long prompt is read on flex attention (its length alone decides), padded to a flex bucket.
         self.flex = [uses_flex(model, len(e)) for e in encs]
         # Each prompt alone, left-padded to its bucket: the layout its masks are read from.
-        self.batches = [collate([e], variant.positions, pad_id, length=padded_length(len(e), model.device) if f else round_up(len(e), PROMPT_BUCKET))
-                        for e, f in zip(encs, self.flex)]
+        lengths = [padded_length(len(e), model.device) if f else round_up(len(e), PROMPT_BUCKET) for e, f in zip(encs, self.flex)]
+        self.layouts, self.next_positions = zip(*(padded_layout(e, variant.positions, n) for e, n in zip(encs, lengths)))
 
     def keys(self, i: int) -> list[int]:
         """Prompt ``i``'s packed token indices, left-padded to its bucket."""
         n = len(self.encs[i])
-        return [packed_attention.PAD] * (self.batches[i].input_ids.shape[1] - n) + list(range(self.starts[i], self.starts[i] + n))
+        return [packed_attention.PAD] * (len(self.layouts[i][0]) - n) + list(range(self.starts[i], self.starts[i] + n))
 
-    def block(self, i: int, queries: list[int], keys: list[int], response: torch.Tensor | None = None) -> packed_attention.AttentionBlock:
-        """Prompt ``i``'s attention block (``response``: a ``[L]`` valid flag, for a response
-        after it), with its masks read off the prompt's own layout."""
-        layout = self.batches[i].layout
-        if response is not None:
-            positions = self.batches[i].next_positions[0] + response_steps(self.variant.positions, len(response))
-            layout = layout.cat(continuation_layout(response[None], positions[None]))
-        if response is None and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
-            return packed_attention.AttentionBlock(queries, keys, None, None, packed_attention.FlexMask(self.variant.mask, layout, self.window))
+    def block(self, i: int, queries: list[int], keys: list[int], response: int = 0, length: int = 0) -> packed_attention.AttentionBlock:
+        """Prompt ``i``'s attention block (a ``response`` of that many tokens after it, padded
+        to ``length``), with its masks read off the prompt's own layout."""
+        layout = self.layouts[i]
+        if length:
+            steps = [0] * length if self.variant.positions == "nope" else range(length)  # as response_steps
+            after = ([True] * response + [False] * (length - response), [False] * length, [NOT_IN_SET] * length, [NOT_IN_SET] * length,
+                     [self.next_positions[i] + s for s in steps])
+            layout = tuple(a + list(b) for a, b in zip(layout, after))
+        if not length and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
+            tensors = TokenLayout(*(torch.tensor([f]) for f in layout))
+            return packed_attention.AttentionBlock(queries, keys, flex=packed_attention.FlexMask(self.variant.mask, tensors, self.window))
         return packed_attention.dense_block(queries, keys, self.variant.mask, layout, self.window)
 
 
@@ -192,11 +215,18 @@ def matmul_rows(model) -> int:
     return DEVICE_MATMUL_ROWS.get(model.device.type, MATMUL_ROWS)
 
 
-def fixed_rows(model):
+def row_plan(model) -> install.RowPlan:
     """The row blocks of a packed scoring forward: every linear layer's for the device, the
-    output head's by the width of its vocabulary (:func:`setllm.core.runtime.fixed_row_linears`)."""
+    output head's by the width of its vocabulary."""
     wide = model.get_output_embeddings().weight.shape[0] > WIDE_VOCAB
-    return fixed_row_linears(model, matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS)
+    return install.RowPlan(matmul_rows(model), WIDE_HEAD_ROWS if wide else HEAD_ROWS, model.get_output_embeddings())
+
+
+def fixed_rows(model):
+    """Inside, the model's linear layers multiply in :func:`row_plan`'s blocks
+    (:func:`setllm.core.runtime.fixed_row_linears`)."""
+    plan = row_plan(model)
+    return fixed_row_linears(model, plan.rows, plan.head_rows)
 
 
 def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) -> dict:
@@ -204,13 +234,13 @@ def _score_prompts(model, variant: Variant, pad_id: int, encs, options, keys) ->
     any further rows on its cache, packed, in forwards of at most :data:`OPTION_TOKENS`."""
     packed = _Prompts(model, variant, pad_id, encs)
     for i, e in enumerate(encs):
-        check_fits(model.config, len(e), int(packed.batches[i].next_positions[0]), variant.positions, max(map(len, options[i])), "longest option")
+        check_fits(model.config, len(e), packed.next_positions[i], variant.positions, max(map(len, options[i])), "longest option")
     flat = [(i, o) for i, opts in enumerate(options) for o in opts]
     chunks = _longer_rows(flat)
-    with fixed_rows(model):
-        cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
-        for chunk in chunks[1:]:
-            rest += _packed_options(model, packed, cache, chunk)
+    cache, next_logprobs, rest = _packed_prefill(model, packed, chunks[0] if chunks else [])
+    for chunk in chunks[1:]:
+        truncate_cache(cache, packed.total)  # the last forward's rows go: these rows see the prompts alone
+        rest += _packed_options(model, packed, cache, chunk)
     return _sum_rows(flat, keys, next_logprobs, rest)
 
 
@@ -250,7 +280,8 @@ def _sum_rows(flat, keys, next_logprobs, rest) -> dict:
 
 def _packed_prefill(model, packed: _Prompts, rows):
     """One forward of the packed prompts and, after them, option rows ``rows`` (their tokens
-    1..): the KV cache of the prompts alone, each prompt's next-token log-probs ``[B, V]``,
+    1..): the KV cache of the prompts (then the rows' and padding keys, which the caller cuts
+    before the cache serves another forward), each prompt's next-token log-probs ``[B, V]``,
     and each row's ``(log-probs, argmax hits)``. Each row reads its prompt's keys from the
     same forward, the very values a cache of the prompt would hold: the bits of a prefill
     and a forward of the rows on its cache, in one forward."""
@@ -260,11 +291,7 @@ def _packed_prefill(model, packed: _Prompts, rows):
     keep = [s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)]
     r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
     plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
-    try:
-        out = packed_forward(model, plan, torch.tensor(ids + r_ids), torch.tensor(pos + r_pos), cache := new_cache(),
-                              torch.tensor(keep + r_keep))
-    finally:
-        truncate_cache(cache, packed.total)  # the rows' keys go: later rows see the prompts alone
+    out = packed_forward(model, plan, ids + r_ids, pos + r_pos, new_cache(), keep + r_keep)
     logp = out.logits[0].float().log_softmax(-1)
     return output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
 
@@ -276,26 +303,24 @@ def _option_rows(packed: _Prompts, rows, base: int):
     ids, pos, segs, keep, start = [], [], [], [], 0
     for i, o in rows:
         n, length = len(o), round_up(len(o), OPTION_BUCKET)
-        nxt = int(packed.batches[i].next_positions[0])
+        nxt = packed.next_positions[i]
         ids += o
-        pos += (nxt + response_steps(packed.variant.positions, n)).tolist()
+        pos += [nxt] * n if packed.variant.positions == "nope" else range(nxt, nxt + n)
         own = list(range(start, start + n)) + [packed_attention.PAD] * (length - n)
         keys = packed.keys(i) + [packed.total + j if j != packed_attention.PAD else j for j in own]
-        segs.append(packed.block(i, [j + base if j != packed_attention.PAD else j for j in own], keys, torch.arange(length) < n))
+        segs.append(packed.block(i, [j + base if j != packed_attention.PAD else j for j in own], keys, n, length))
         keep += range(base + start, base + start + n - 1)  # token j predicts token j + 1
         start += n
     return ids, pos, segs, keep, start
 
 
 def _packed_options(model, packed: _Prompts, cache, rows) -> list[tuple[list[float], list[bool]]]:
-    """Tokens 1.. of each option row ``(prompt index, ids)`` on the prompts' cache: their
-    log-probs and whether each was the argmax. The cache is left as it was."""
+    """Tokens 1.. of each option row ``(prompt index, ids)`` on the prompts' cache (cut to the
+    prompts: ``packed.total`` tokens): their log-probs and whether each was the argmax. The
+    forward's keys stay on the cache until the caller cuts it again."""
     ids, pos, segs, keep, m = _option_rows(packed, rows, 0)
     plan = packed_attention.plan(segs, m, packed.total + m)
-    try:
-        out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
-    finally:
-        truncate_cache(cache, packed.total)  # drop this forward's keys: the next rows see the prompts alone
+    out = packed_forward(model, plan, ids, pos, cache, keep)
     return _row_scores(out.logits[0].float().log_softmax(-1), rows)
 
 
@@ -314,11 +339,27 @@ def _row_scores(logp: torch.Tensor, rows) -> list[tuple[list[float], list[bool]]
 
 
 def packed_forward(model, plan, ids, pos, cache, keep):
-    """One forward of a packed row under ``plan``, keeping the logits of rows ``keep``."""
-    device = model.device
-    with packed_attention.blocks_on(model, plan):
-        return model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=packed_attention.placeholder_mask(device),
-                     use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
+    """One forward of a packed row ``ids [S]`` under ``plan``, keeping the logits of rows
+    ``keep`` (each a list or a tensor); returns the model's output with logits
+    ``[1, len(keep), V]``. The row is padded once, here, to whole row blocks of the linear
+    layers (and ``keep`` to whole blocks of the head), so that every layer multiplies a view
+    of ``[blocks, rows, width]`` with no padding or cutting of its own; padding tokens are
+    queried by no attention block and are no block's keys, and the cache drops their keys
+    with the rows'."""
+    device, rows = model.device, row_plan(model)
+    k = len(keep)
+    ids, pos, keep = (_padded(x, step) for x, step in ((ids, rows.rows), (pos, rows.rows), (keep, rows.head_rows)))
+    with fixed_row_linears(model, rows.rows, rows.head_rows), packed_attention.blocks_on(model, plan):
+        out = model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=packed_attention.placeholder_mask(device),
+                    use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
+    out.logits = out.logits[:, :k]
+    return out
+
+
+def _padded(x, step: int) -> torch.Tensor:
+    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, as a tensor."""
+    values = x.tolist() if isinstance(x, torch.Tensor) else list(x)
+    return torch.tensor(values + [0] * (-len(values) % step), dtype=torch.long)
 
 
 @torch.no_grad()

@@ -121,7 +121,7 @@ class LoadOptions:
         :meth:`setllm.SetLLM.load`'s and every view of an :class:`setllm.AdapterBank`."""
         info = recorded(model, adapter) if info is None else info
         return {**info.reading(variant=self.variant, **self.reading()), "exact": self.exact, "batch_size": self.batch_size,
-                "allow_untested": self.allow_untested, "origin": Origin.loaded(model, adapter, info)}
+                "allow_untested": self.allow_untested, "threads": self.thread_count(), "origin": Origin.loaded(model, adapter, info)}
 
     def identity(self, kind: str = "choose") -> str:
         """A short hash of what decides an answer beyond its input: the base model (by name;
@@ -144,6 +144,10 @@ class LoadOptions:
             if path.is_file():
                 h.update(name.encode() + path.read_bytes())
         return h.hexdigest()[:16]
+
+    def thread_count(self) -> int | None:
+        """The torch thread count these options set (``threads``, else ``$SETLLM_THREADS``), or None."""
+        return self.threads if self.threads is not None else threads_from_env()
 
     def reading(self) -> dict:
         """The reading choices given (the rest come from the adapter's ``setllm.json``)."""

@@ -1,0 +1,212 @@
+"""What setllm installs on a model, once, and how each call selects it: no call changes the model.
+
+Installed when a model is wrapped (:func:`install`, idempotent):
+
+- every linear layer (``nn.Linear``; gpt2's ``Conv1D``) gets a forward that reads the call's
+  :class:`RowPlan`: with none it is the layer's own forward, unchanged; with one it multiplies
+  its input as blocks of exactly the plan's rows (:func:`blocked_linear`);
+- the model's attention becomes ``setllm:<its own>`` (``setllm:sdpa``, ``setllm:eager``, ...),
+  registered in transformers' ``AttentionInterface`` with the mask function of its own
+  implementation: with no attention chosen by the call it is that implementation, exactly;
+  a call picks another (packed attention, flex for a long prompt, sdpa for steps on a flex
+  prefill) through :func:`attention`.
+
+A call's choices live in ``ContextVar`` s, which belong to the thread (and task) that set
+them: two threads running calls on one model each see their own plan, and a user's own code
+calling the model sees it as transformers built it.
+
+Shapes: M rows, R the plan's rows per block, in/out the layer's widths.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import types
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+PREFIX = "setllm:"
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """The fixed row blocks of one call's linear layers: ``rows`` for every layer, ``head_rows``
+    for the output ``head`` (the module, compared by identity)."""
+
+    rows: int
+    head_rows: int
+    head: object
+
+
+_ROWS: contextvars.ContextVar[RowPlan | None] = contextvars.ContextVar("setllm_rows", default=None)
+# The call's attention: a function with transformers' attention signature, or None (the model's own).
+_ATTENTION: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("setllm_attention", default=None)
+_lock = threading.Lock()  # install once, even when two threads wrap one model at the same time
+
+
+def install(model) -> None:
+    """Install setllm's linear layers and attention on ``model`` (a PEFT wrapper or a
+    transformers model), once; a model already installed is left as it is. (A model whose
+    attention implementation its owner switched after it was wrapped is installed again.)"""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base, "_setllm_installed", False) and base.config._attn_implementation.startswith(PREFIX):
+        return  # installed (checked without the lock: calls pass here)
+    with _lock:
+        from transformers.pytorch_utils import Conv1D
+
+        for m in base.modules():
+            if isinstance(m, (torch.nn.Linear, Conv1D)) and "forward" not in m.__dict__:
+                m.forward = types.MethodType(_planned_forward, m)
+        own = base.config._attn_implementation
+        if not own.startswith(PREFIX):  # also after a caller switched the model's own implementation
+            base.set_attn_implementation(register(own))
+        base._setllm_installed = True
+
+
+def own_attention(config) -> str:
+    """The attention implementation the model was loaded with (``sdpa`` for ``setllm:sdpa``)."""
+    return getattr(config, "_attn_implementation", None) and config._attn_implementation.removeprefix(PREFIX) or "sdpa"
+
+
+def register(own: str) -> str:
+    """``setllm:<own>``: ``own`` unless the call chose another, with ``own``'s masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = PREFIX + own
+    if name not in ALL_ATTENTION_FUNCTIONS._global_mapping:
+        if own == "eager":
+            fallback = None  # the model's own eager function (each model defines one)
+        else:
+            fallback = ALL_ATTENTION_FUNCTIONS[own]
+        AttentionInterface.register(name, _dispatching(fallback))
+        if own in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+            AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[own])
+    return name
+
+
+def _dispatching(fallback):
+    def dispatch(module, *args, **kwargs):
+        chosen = _ATTENTION.get()
+        if chosen is not None:
+            return chosen(module, *args, **kwargs)
+        if fallback is None:
+            return _model_eager(module)(module, *args, **kwargs)
+        return fallback(module, *args, **kwargs)
+
+    return dispatch
+
+
+def _model_eager(module):
+    """The eager attention function of ``module``'s model file (transformers defines one per model)."""
+    import sys
+
+    return sys.modules[type(module).__module__].eager_attention_forward
+
+
+def attention_function(name: str) -> Callable:
+    """Transformers' attention function ``name`` (``eager`` is each model's own: None here)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return None if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]
+
+
+@contextmanager
+def attention(fn: Callable | str | None):
+    """Inside (this thread or task only), the model's attention runs ``fn`` (a function or the
+    name of a transformers implementation; None: the model's own)."""
+    if isinstance(fn, str):
+        fn = _named(fn)
+    token = _ATTENTION.set(fn)
+    try:
+        yield
+    finally:
+        _ATTENTION.reset(token)
+
+
+def _named(name: str) -> Callable:
+    if name == "eager":
+        return lambda module, *a, **k: _model_eager(module)(module, *a, **k)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS[name]
+
+
+def current_attention() -> Callable | None:
+    return _ATTENTION.get()
+
+
+@contextmanager
+def fixed_rows(plan: RowPlan):
+    """Inside (this thread or task only), every installed linear layer multiplies in ``plan``'s blocks."""
+    token = _ROWS.set(plan)
+    try:
+        yield
+    finally:
+        _ROWS.reset(token)
+
+
+def _planned_forward(layer, x):
+    plan = _ROWS.get()
+    if plan is None:
+        return type(layer).forward(layer, x)
+    return blocked_linear(layer, plan.head_rows if layer is plan.head else plan.rows, x)
+
+
+# Device types whose batched product computes each block by its own product of the block's
+# shape (measured on the CPU, fp32, 1 and 2 threads: every block of 1 to 40 bit-identical to
+# the block alone). Elsewhere each block is a product of its own, as the guarantee needs: a
+# GPU's batched GEMM may pick its kernel (split-K) by the batch count, so it joins this set
+# only where benchmarks/gpu_check.py (``batched_blocks``) shows the bits hold.
+BATCHED_BLOCKS = {"cpu"}
+
+
+def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` computed as blocks of exactly ``rows`` rows: a row's bits depend on its own
+    block alone (see :mod:`setllm.core.scoring`). Callers pad their rows to a multiple of
+    ``rows`` once per forward, so this is a view; another count is padded here."""
+    n = x.numel() // x.shape[-1]
+    blocks = x.reshape(-1, rows, x.shape[-1]) if n % rows == 0 else _padded(x, n, rows)  # [M / R, R, in]
+    if x.device.type in BATCHED_BLOCKS:
+        out = batched_product(layer, blocks)
+    else:  # one product per block, written in place
+        out = blocks.new_empty(*blocks.shape[:2], _weight(layer).shape[1])
+        for b in range(blocks.shape[0]):
+            _product(layer, blocks[b], out[b])
+    if n % rows:
+        return out.reshape(-1, out.shape[-1])[:n].reshape(*x.shape[:-1], out.shape[-1])
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
+    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``."""
+    weight = _weight(layer)
+    weight = weight.expand(blocks.shape[0], *weight.shape)
+    return torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+
+
+def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
+    weight = _weight(layer)
+    if torch.is_grad_enabled() and (block.requires_grad or weight.requires_grad):  # out= has no gradient
+        out.copy_(block @ weight if layer.bias is None else torch.addmm(layer.bias, block, weight))
+    elif layer.bias is None:
+        torch.mm(block, weight, out=out)
+    else:
+        torch.addmm(layer.bias, block, weight, out=out)
+
+
+def _weight(layer) -> torch.Tensor:
+    """``[in, out]``: gpt2's ``Conv1D`` stores it so, ``nn.Linear`` transposed."""
+    from transformers.pytorch_utils import Conv1D
+
+    return layer.weight if isinstance(layer, Conv1D) else layer.weight.t()
+
+
+def _padded(x: torch.Tensor, n: int, rows: int) -> torch.Tensor:
+    flat = x.reshape(n, x.shape[-1])
+    return torch.nn.functional.pad(flat, (0, 0, 0, -n % rows)).view(-1, rows, x.shape[-1])
