@@ -33,8 +33,9 @@ def test_no_readout_sees_the_order_of_the_candidates(lm, readout):
 
 def test_each_readout_is_its_definition(lm):
     row = readouts.JudgeRow(INSTRUCTION, tuple(CANDIDATES))
-    [judged] = lm.score_many([judge_prompt(INSTRUCTION, CANDIDATES)], [CANDIDATES])
-    [alone] = lm.score_many([readouts.alone_prompt(row)], [CANDIDATES])
+    # A judge scores an empty candidate (EOS alone), which a user's score refuses: blank=True.
+    [judged] = lm._score_many([judge_prompt(INSTRUCTION, CANDIDATES)], [CANDIDATES], None, blank=True)
+    [alone] = lm._score_many([readouts.alone_prompt(row)], [CANDIDATES], None, blank=True)
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="likelihood").scores == [s.logprob for s in judged]
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="mean").scores == [s.mean_logprob for s in judged]
     assert lm.judge(INSTRUCTION, CANDIDATES, readout="pmi").scores == [a.logprob - b.logprob for a, b in zip(judged, alone)]
