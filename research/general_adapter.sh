@@ -36,6 +36,8 @@
 #                                             continued under sbp on documents.sh's stage-4 rows (from it, not
 #                                             from the base), both on the held-out phrasings beside the shipped
 #                                             reading and untrained sbp (general_table.py --paired sbp-from-shipped,shipped)
+#   research/general_adapter.sh documents-sbp-mixed
+#                                             the same from the shipped adapter on stage three's and four's rows together
 #   research/general_adapter.sh documents-sbp
 #                                             documents.sh stages 1-4 under sbp (the cacheable reading), then it,
 #                                             the untrained sbp reading and the shipped documents adapter on the
@@ -195,20 +197,34 @@ documents_sbp() {
 documents_sbp_shipped() {
   data
   local s docs=${DOCS_RUNS:-runs/documents} shipped=src/setllm/adapters/smollm2-135m-documents
-  local out=$RUNS/adapters/documents-sbp-from-shipped
   RUNS=$docs research/documents.sh data
   for s in 0 1; do documents shipped-read-sbp "$shipped" sbp "$s"; done
-  if [ ! -f "$out/adapter_model.safetensors" ]; then
-    local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
-    run setllm train --data "$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" --variant sbp \
-      --init-adapter "$shipped" --max-length 640 --lr "${SBP_LR:-1e-3}" --batch-size 8 --epochs 1 --limit 200 --seed 42 \
-      --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}"
-  fi
+  sbp_from_shipped sbp-from-shipped "$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" 1e-3 --limit 200
   for s in 0 1; do
-    documents sbp-from-shipped "$out" sbp "$s"
+    documents sbp-from-shipped "$RUNS/adapters/sbp-from-shipped" sbp "$s"
     documents shipped auto setmask-setpe "$s"
     documents untrained-sbp none sbp "$s"
   done
+}
+
+# The same start, on stage three's rows (k=10 and k=20 key-value, CommonsenseQA lookups) and
+# stage four's phrased rows together (160 of each), at the stages' learning rate: more rows and more
+# kinds of document than stage four alone.
+documents_sbp_mixed() {
+  documents_sbp_shipped
+  local s docs=${DOCS_RUNS:-runs/documents}
+  sbp_from_shipped sbp-from-shipped-mixed \
+    "$docs/data/kv10-train-c.jsonl,$docs/data/kv20-train-c.jsonl,$docs/data/qa10-train-c.jsonl,$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" \
+    2e-3 --limit 160
+  for s in 0 1; do documents sbp-from-shipped-mixed "$RUNS/adapters/sbp-from-shipped-mixed" sbp "$s"; done
+}
+
+sbp_from_shipped() {  # sbp_from_shipped NAME SPECS LR [extra]: train NAME under sbp from the shipped documents adapter
+  local out=$RUNS/adapters/$1 specs=$2 lr=$3; shift 3
+  [ -f "$out/adapter_model.safetensors" ] && return 0
+  local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+  run setllm train --data "$specs" --variant sbp --init-adapter src/setllm/adapters/smollm2-135m-documents --max-length 640 \
+    --lr "$lr" --batch-size 8 --epochs 1 --seed 42 --logging-steps 5 --save-steps 10 --out "$out" --no-progress "${resume[@]}" "$@"
 }
 
 # WiSE-FT (Wortsman et al. 2022) on the shipped choose adapter: the base weights plus WISE_SCALE
@@ -302,9 +318,10 @@ case "${1:-}" in
   documents-phrased) documents_phrased ;;
   documents-sbp) documents_sbp ;;
   documents-sbp-shipped) documents_sbp_shipped ;;
+  documents-sbp-mixed) documents_sbp_mixed ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
   judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|documents-sbp-mixed|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac
