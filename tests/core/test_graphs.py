@@ -99,3 +99,10 @@ def test_sliding_and_soft_capped_attention_are_primed_and_keep_their_bits():
     plain = run(lm, reqs)
     graphs.enable(lm.model, graphs.EagerRunner())
     assert run(lm, reqs) == plain
+
+
+def test_loading_with_the_switch_on_a_cpu_is_refused_with_one_clear_error():
+    from setllm import SetLLM
+
+    with pytest.raises(InputError, match="cuda_graphs needs a model on CUDA; this one is on cpu"):
+        SetLLM.from_pretrained(adapter="none", device="cpu", cuda_graphs=True)
