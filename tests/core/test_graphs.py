@@ -61,6 +61,17 @@ def test_a_graph_is_kept_per_shape_its_inputs_copied_in_and_its_outputs_cloned_o
     assert len(g.entries) == 3
 
 
+def test_at_most_the_set_number_of_graphs_are_kept_the_least_recently_replayed_dropped():
+    g = graphs.Graphs(graphs.EagerRunner(), most=2)
+    x = [torch.ones(2)]
+    fn = lambda static: [static[0] + 1]  # noqa: E731
+    g.run("a", x, fn)
+    g.run("b", x, fn)
+    g.run("a", x, fn)  # a replayed: b is now the least recent
+    g.run("c", x, fn)
+    assert [key[0] for key in g.entries] == ["a", "c"]
+
+
 def test_the_switch_is_off_by_default_and_refused_off_cuda(lm):
     assert graphs.of(lm.model) is None
     with pytest.raises(InputError, match="cuda_graphs needs a model on CUDA"):
@@ -106,3 +117,14 @@ def test_loading_with_the_switch_on_a_cpu_is_refused_with_one_clear_error():
 
     with pytest.raises(InputError, match="cuda_graphs needs a model on CUDA; this one is on cpu"):
         SetLLM.from_pretrained(adapter="none", device="cpu", cuda_graphs=True)
+
+
+def test_two_threads_scoring_through_the_graphs_get_their_own_bits(lm, captured):
+    from concurrent.futures import ThreadPoolExecutor
+
+    reqs = [[request(lm, 0)], [request(lm, 0, ["dog", "apple", "water", "fox"])], [request(lm, 2)]] * 3  # shared shapes: shared buffers
+    graphs.disable(lm.model)
+    want = [run(lm, r) for r in reqs]
+    graphs.enable(lm.model, captured.runner).entries = captured.entries
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda r: run(lm, r), reqs)) == want

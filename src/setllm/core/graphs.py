@@ -18,6 +18,9 @@ How a replay is made (:class:`Graphs`):
 - the *key* of a graph is the shapes and dtypes of those inputs, and the model's active
   adapters: two forwards of one key run the same Python, so the same kernels on the same
   shapes;
+- at most :data:`MOST_GRAPHS` graphs are kept per model (each holds its buffers in GPU
+  memory), the least recently replayed dropped first; a capture costs a few uncaptured
+  forwards (warm-up and capture), so the switch pays where shapes repeat;
 - the first forward of a key copies its inputs into *static* buffers, and the graph is
   captured reading those; a later forward of the key copies its inputs into the same buffers
   and replays. The outputs (logits, the KV cache's keys and values) live in the graph's own
@@ -44,6 +47,7 @@ DynamicCache grows every step (it needs a static cache of a fixed length first).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -91,6 +95,11 @@ class CUDARunner:
         return graph.replay, outputs
 
 
+# Graphs kept per model: each holds its buffers (inputs, logits, KV cache) in GPU memory, and
+# shapes that do not repeat would otherwise pile up; the least recently replayed goes first.
+MOST_GRAPHS = 64
+
+
 @dataclass
 class _Entry:
     static: list[torch.Tensor]
@@ -103,9 +112,10 @@ class Graphs:
     """Captured forwards of one model, one per key (see the module docstring). Calls on several
     threads take turns: an entry's buffers are shared."""
 
-    def __init__(self, runner=None):
+    def __init__(self, runner=None, most: int = MOST_GRAPHS):
         self.runner = runner if runner is not None else CUDARunner()
-        self.entries: dict[tuple, _Entry] = {}
+        self.entries: OrderedDict[tuple, _Entry] = OrderedDict()  # least recently replayed first
+        self.most = most
         self.lock = threading.Lock()
 
     def run(self, key: tuple, inputs: Sequence[torch.Tensor], fn: Fn) -> list[torch.Tensor]:
@@ -119,6 +129,9 @@ class Graphs:
                 static = [x.clone() for x in inputs]
                 replay, outputs = self.runner.capture(fn, static)
                 entry = self.entries[key] = _Entry(static, replay, outputs)
+                while len(self.entries) > self.most:  # the least recently replayed goes, with its buffers
+                    self.entries.popitem(last=False)
+            self.entries.move_to_end(key)
             for buffer, x in zip(entry.static, inputs):
                 buffer.copy_(x)
             entry.replay()
