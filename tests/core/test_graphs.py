@@ -128,3 +128,21 @@ def test_two_threads_scoring_through_the_graphs_get_their_own_bits(lm, captured)
     graphs.enable(lm.model, captured.runner).entries = captured.entries
     with ThreadPoolExecutor(2) as pool:
         assert list(pool.map(lambda r: run(lm, r), reqs)) == want
+
+
+def test_an_adapter_switched_off_or_on_is_another_graph():
+    from peft import LoraConfig, get_peft_model
+
+    base = _lm("llama")
+    model = get_peft_model(base.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lm = SetLLM(model, tiny_tokenizer(), "setmask-setpe")
+    reqs = [request(lm, 0)]
+    on = run(lm, reqs)
+    model.base_model.disable_adapter_layers()
+    off = run(lm, reqs)
+    model.base_model.enable_adapter_layers()
+    assert on != off  # the adapter changes the scores
+    g = graphs.enable(lm.model, graphs.EagerRunner())
+    assert run(lm, reqs) == on
+    model.base_model.disable_adapter_layers()
+    assert run(lm, reqs) == off and len(g.entries) == 2

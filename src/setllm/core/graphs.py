@@ -163,9 +163,11 @@ def of(model) -> Graphs | None:
 
 
 def adapter_key(model) -> tuple:
-    """What of a PEFT model's state decides which modules run: its active adapters."""
-    active = getattr(model, "active_adapters", None)
-    try:
-        return tuple(active() if callable(active) else active or ())
-    except ValueError:  # transformers' own active_adapters() with no adapter loaded
+    """What of a PEFT model's state decides which modules run: its active adapters, and whether
+    its adapter layers are disabled (:class:`setllm.AdapterBank` reads the base model so)."""
+    if not hasattr(model, "get_base_model"):
         return ()
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
+    return tuple(model.active_adapters), bool(layer is not None and layer.disable_adapters)
