@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shapes", default=None, help=f"comma-separated, of: {', '.join(SHAPES)}, {EMBEDDED} "
                                                   f"(default: all random shapes; --smoke: {', '.join(SMOKE_SHAPES)})")
     p.add_argument("--long", default=None, help="lengths in tokens of the long document sets (default 2048,4096,8192,32768,65536; --smoke: 256,512)")
-    p.add_argument("--parts", default="invariance,batched_blocks,costs,long_set,row_blocks,training_step", help="which parts to run, comma-separated")
+    p.add_argument("--parts", default="invariance,batched_blocks,costs,long_set,captured,row_blocks,training_step", help="which parts to run, comma-separated")
     p.add_argument("--long-parts", default="score,decode,generate",
                    help="what the long sets measure: score (4 options), decode (16 tokens after a prefill, timed apart), "
                         "generate (16 tokens, prefill included)")
@@ -277,15 +277,13 @@ def long_set(model, tokenizer, lengths: list[int], run: Run) -> dict:
     generate 16 tokens. Set-LLM (setmask-setpe) on flex attention and on sdpa with a dense
     mask, beside plain transformers reading the same tokens causally (``model(input_ids)``,
     the model's own attention: the base model's reading)."""
-    from setllm import Set, SetLLM
+    from setllm import SetLLM
 
     out = {}
     for length in lengths:
         if not run.left(f"long set {length}"):
             continue
-        doc = " ".join(["word"] * 60)  # one document: ~60 tokens
-        n_docs = max(2, length // len(tokenizer(doc + "\n").input_ids))
-        prompt = ["Documents:\n", Set([f"{i}: {doc}\n" for i in range(n_docs)]), "Question: which document is first?\nAnswer:"]
+        prompt, n_docs = _long_prompt(tokenizer, length)
         lm = SetLLM(model, tokenizer, "setmask-setpe")
         ids = lm.encode(prompt).input_ids
         options = [lm.response_ids(prompt, o) for o in OPTIONS]
@@ -300,6 +298,60 @@ def long_set(model, tokenizer, lengths: list[int], run: Run) -> dict:
                 set_s, base_s = row[attn].get(part, {}).get("s"), row["base"].get(part, {}).get("s")
                 row[f"{attn}_over_base_{part}"] = set_s / base_s if set_s and base_s else None
         out[str(length)] = row
+    return out
+
+
+def _long_prompt(tokenizer, length: int) -> tuple[list, int]:
+    """A set of about ``length`` tokens of documents and a question after it; and how many documents."""
+    from setllm import Set
+
+    doc = " ".join(["word"] * 60)  # one document: ~60 tokens
+    n_docs = max(2, length // len(tokenizer(doc + "\n").input_ids))
+    return ["Documents:\n", Set([f"{i}: {doc}\n" for i in range(n_docs)]), "Question: which document is first?\nAnswer:"], n_docs
+
+
+def captured(model, tokenizer, lengths: list[int] | None, run: Run) -> dict:
+    """Scoring with CUDA graphs (``cuda_graphs``, :mod:`setllm.core.graphs`) and without, each
+    over plain transformers scoring the same options: short multiple-choice prompts at each
+    batch size (lm-eval's rows, as :func:`plain_costs`), and 4 options after each long set
+    (a prefill and the options on its cache, as :func:`long_set`'s base). ``same_bits``: the
+    captured scores equal the uncaptured ones; ``graphs``: how many forwards were captured
+    (a long prompt on flex attention is not: 0 there). Decoding is not captured. On the CPU
+    (``--smoke``) the graph is the eager stand-in (``graphs.EagerRunner``): its times measure
+    the code path, not a graph."""
+    from setllm import SetLLM, mc_prompt
+    from setllm.core import graphs
+
+    runner = None if run.device.type == "cuda" else graphs.EagerRunner()
+
+    def side_by_side(lm, score, plain) -> dict:
+        row = {"plain": run.timed(plain), "uncaptured": run.timed(score)}
+        want = score()
+        g = graphs.enable(model, runner)
+        try:
+            row["captured"] = run.timed(score)
+            row["same_bits"] = score() == want
+            row["graphs"] = len(g.entries)
+        finally:
+            graphs.disable(model)
+        return row | {"uncaptured_over_plain_s": row["uncaptured"]["s"] / row["plain"]["s"],
+                      "captured_over_plain_s": row["captured"]["s"] / row["plain"]["s"]}
+
+    out = {}
+    for batch in run.batches:
+        prompts = [mc_prompt(f"{QUESTION} ({i})", OPTIONS) for i in range(batch)]
+        lm, base = SetLLM(model, tokenizer, "setmask-setpe", batch_size=batch), SetLLM(model, tokenizer, "causal-pe")
+        rows = [(base.encode(p).input_ids, base.response_ids(p, o)) for p in prompts for o in OPTIONS]
+        out[f"batch_{batch}"] = _guarded(lambda: side_by_side(lm, lambda: [[s.logprob for s in r] for r in lm.score_many(prompts, [OPTIONS] * batch)],
+                                                              lambda: _lm_eval_rows(model, rows, run)))
+    for length in lengths or []:
+        if not run.left(f"captured long set {length}"):
+            continue
+        prompt, _ = _long_prompt(tokenizer, length)
+        lm = SetLLM(model, tokenizer, "setmask-setpe")
+        ids, options = lm.encode(prompt).input_ids, [lm.response_ids(prompt, o) for o in OPTIONS]
+        out[f"long_{length}"] = {"tokens": len(ids)} | _guarded(lambda: side_by_side(
+            lm, lambda: [s.logprob for s in lm.score(prompt, OPTIONS)], _plain_long_score(model, ids, options, run)))
     return out
 
 
@@ -364,11 +416,8 @@ def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
         return out
 
 
-def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> dict:
-    """Plain transformers on the same tokens: one prefill with a cache, then each option on it
-    (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
-    apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
-    it (generate)."""
+def _plain_long_score(model, ids: list[int], options: list[list[int]], run: Run) -> Callable[[], list[float]]:
+    """Plain transformers scoring ``options`` after ``ids``: one prefill with a cache, then each option on it."""
     from setllm.core.runtime import cache_kwarg, new_cache, truncate_cache
 
     x = torch.tensor([ids], device=run.device)
@@ -384,6 +433,19 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
                 total[i] += float(step.logits[0].float().log_softmax(-1).gather(1, torch.tensor(o[1:], device=run.device)[:, None]).sum())
                 truncate_cache(cache, len(ids))
         return total
+
+    return score
+
+
+def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> dict:
+    """Plain transformers on the same tokens: one prefill with a cache, then each option on it
+    (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
+    apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
+    it (generate)."""
+    from setllm.core.runtime import cache_kwarg, new_cache
+
+    x = torch.tensor([ids], device=run.device)
+    score = _plain_long_score(model, ids, options, run)
 
     @torch.no_grad()
     def prefill():
@@ -460,6 +522,7 @@ def check_shape(name: str, run: Run, tokenizer, lengths: list[int] | None, save=
     for part, fn in (("invariance", lambda: invariance(model, tokenizer)), ("batched_blocks", lambda: batched_blocks(model)),
                      ("costs", lambda: costs(model, tokenizer, run)),
                      ("long_set", lambda: long_set(model, tokenizer, lengths, run) if lengths else None),
+                     ("captured", lambda: captured(model, tokenizer, lengths, run)),
                      ("row_blocks", lambda: row_blocks(model, tokenizer, run) if lengths and not run.smoke else None),
                      ("training_step", lambda: training_step(model, tokenizer, run))):
         if part in run.parts and run.left(f"{name}: {part}"):
@@ -495,6 +558,18 @@ def table(report: dict) -> str:
                      f"{_seconds(row[d], 'score')} | {_num(row['flex_attention_over_base_score'])}, {_num(row[f'{d}_over_base_score'])} "
                      f"| {_seconds(row['base'], 'per_token')}, {_seconds(row['flex_attention'], 'per_token')}, {_seconds(row[d], 'per_token')} "
                      f"| {_num(row['flex_attention_over_base_per_token'])}, {_num(row[f'{d}_over_base_per_token'])} |")
+    cap_rows = [(name, call, row) for name, r in report["shapes"].items() for call, row in r.get("captured", {}).items()]
+    if cap_rows:
+        lines += ["", "Scoring with CUDA graphs (cuda_graphs) and without, over plain transformers:", "",
+                  "| shape | call | plain | uncaptured | captured | uncaptured/plain | captured/plain | same bits | graphs |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+    for name, call, row in cap_rows:
+        if "error" in row:
+            lines.append(f"| {name} | {call} | error: {row['error']} |||||||")
+            continue
+        lines.append(f"| {name} | {call} | {_seconds(row, 'plain')} | {_seconds(row, 'uncaptured')} | {_seconds(row, 'captured')} "
+                     f"| {_num(row['uncaptured_over_plain_s'])} | {_num(row['captured_over_plain_s'])} | {'yes' if row['same_bits'] else 'NO'} "
+                     f"| {row['graphs']} |")
     for name, r in report["shapes"].items():
         if "row_blocks" in r:
             sweep = "; ".join(f"{rows}: " + ", ".join(f"{k} {v['s'] * 1000:.1f} ms" for k, v in t.items())

@@ -27,6 +27,11 @@ def test_the_smoke_run_checks_every_part_and_writes_its_report(tmp_path, capsys)
         for part, ratio in (("costs", "ratio_score_s"), ("costs", "ratio_generate_s"), ("training_step", "ratio_step_s")):
             assert set(shape[part]) == {"batch_1", "batch_8"} and all(row[ratio] > 0 for row in shape[part].values())
         assert all(row["setmask-setpe"]["tokens"] == row["causal-pe"]["tokens"] > 0 for row in shape["training_step"].values())
+        captured = shape["captured"]  # scoring by the graph code (the CPU's eager stand-in) and not, beside plain transformers
+        assert set(captured) == {"batch_1", "batch_8", "long_256", "long_512"} if name == "llama-1b" else {"batch_1", "batch_8"}
+        for call, row in captured.items():
+            assert row["same_bits"] is True and row["captured_over_plain_s"] > 0 and row["uncaptured_over_plain_s"] > 0, (name, call, row)
+            assert row["graphs"] >= 1 or call.startswith("long"), (name, call)  # a long prompt on flex is not captured
     long = report["shapes"]["llama-1b"]["long_set"]
     assert set(long) == {"256", "512"}
     for n, row in long.items():  # every reading ran: no error, a time for each part
@@ -35,6 +40,7 @@ def test_the_smoke_run_checks_every_part_and_writes_its_report(tmp_path, capsys)
         assert row["flex_attention"]["decode_16"]["tokens"] >= 2 and row["flex_attention_over_base_per_token"] > 0
     table = capsys.readouterr().out
     assert table.startswith("# gpu_check on CPU") and "(tiny shapes)" in table and "| gemma3-1b" in table and "yes / yes" in table
+    assert "Scoring with CUDA graphs" in table
 
 
 def test_an_unknown_shape_is_one_line(tmp_path, capsys):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -102,10 +102,25 @@ class _Group:
         """``x [1, Hx, S, d]`` gathered to ``[G, Hx, T, d]`` at packed ``tokens [G, T]``
         (``heads``: the batch index ``[1, 1, 1]`` and every head ``[1, Hx, 1]``), in one
         indexing op; ``tokens`` is moved to the device once per forward."""
-        key = ("tokens", id(tokens), str(x.device))
+        return x[(*heads, self.tokens_on(tokens, x.device))]
+
+    def tokens_on(self, tokens: torch.Tensor, device) -> torch.Tensor:
+        """``tokens [G, T]`` as ``[G, 1, T]`` on ``device``, made once per forward."""
+        key = ("tokens", id(tokens), str(device))
         if key not in self.on_device:
-            self.on_device[key] = tokens[:, None, :].to(x.device)
-        return x[(*heads, self.on_device[key])]
+            self.on_device[key] = tokens[:, None, :].to(device)
+        return self.on_device[key]
+
+    def all_rows(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """For every one of ``n`` packed rows, its own ``(block, row)`` in this group, or
+        ``(0, 0)``: two ``[1, n]`` index tensors on ``device``, made once per forward."""
+        key = ("all", n, str(device))
+        if key not in self.on_device:
+            b, r = [0] * n, [0] * n
+            for i, gb, gr in zip(self.rows.tolist(), self.block.tolist(), self.row.tolist()):
+                b[i], r[i] = gb, gr
+            self.on_device[key] = (torch.tensor([b], device=device), torch.tensor([r], device=device))
+        return self.on_device[key]
 
     def index(self, device) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
         """Where the real rows go in ``[1, S]`` (the batch index and ``rows``) and where they
@@ -227,13 +242,7 @@ def _place(out, og: torch.Tensor, g: _Group, n: int) -> torch.Tensor:
     """``out [1, S, H, d]`` with group ``g``'s real rows written at their packed places: the
     first group's output gathered to every packed row at once (one op), the next written in."""
     if out is None:
-        key = ("all", n, str(og.device))
-        if key not in g.on_device:  # every packed row: its own (block, row) in this group, or (0, 0)
-            b, r = [0] * n, [0] * n
-            for i, gb, gr in zip(g.rows.tolist(), g.block.tolist(), g.row.tolist()):
-                b[i], r[i] = gb, gr
-            g.on_device[key] = (torch.tensor([b], device=og.device), torch.tensor([r], device=og.device))  # [1, S]
-        b, r = g.on_device[key]
+        b, r = g.all_rows(n, og.device)  # [1, S]
         return og[b, :, r]
     rows, block, row = g.index(og.device)
     return out.index_put_(rows, og[block, :, row])
@@ -269,3 +278,66 @@ def blocks_on(model, p: Plan):
 def placeholder_mask(device) -> torch.Tensor:
     """A 4D mask transformers passes through untouched (the real masks are in the plan)."""
     return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
+
+
+# Capturing a forward in a CUDA graph (:mod:`setllm.core.graphs`): the plan's device tensors
+# are made before the forward, and a replay copies another plan's into them.
+
+
+def capturable(p: Plan) -> bool:
+    """Whether a forward under ``p`` can be captured: no flex group (its BlockMask is made of
+    values the host reads)."""
+    return all(g.flex is None for g in p.groups)
+
+
+def prime(p: Plan, device, dtype, heads: int, kv_heads: int, n: int, softcap: bool) -> None:
+    """Make every device tensor :func:`block_attention` reads under ``p`` for a packed row of
+    ``n`` tokens (``heads`` query heads, ``kv_heads`` key heads), before the forward: both
+    forms of the masks a layer may ask for (sliding where the plan has windowed masks)."""
+    p.heads(heads, device)
+    p.heads(kv_heads, device)
+    for i, g in enumerate(p.groups):
+        g.tokens_on(g.queries, device)
+        g.tokens_on(g.keys, device)
+        if i:
+            g.index(device)
+        else:
+            g.all_rows(n, device)
+        for sliding in (False, True) if g.windowed is not None else (False,):
+            g.dense_mask(sliding, None if softcap else dtype, device)
+
+
+def _dicts(p: Plan) -> list[dict]:
+    return [p.on_device, *(g.on_device for g in p.groups)]
+
+
+def leaves(p: Plan) -> list[torch.Tensor]:
+    """Every device tensor of ``p`` (after :func:`prime`), in a fixed order: the plans of one
+    structure list tensors of the same shapes in the same order."""
+    return [t for d in _dicts(p) for v in d.values() for t in _flat(v)]
+
+
+def _flat(v) -> list[torch.Tensor]:
+    return [v] if isinstance(v, torch.Tensor) else [t for part in v for t in _flat(part)]
+
+
+def with_leaves(p: Plan, tensors: list[torch.Tensor]) -> Plan:
+    """``p`` with its device tensors replaced, in :func:`leaves` order, by ``tensors``."""
+    it = iter(tensors)
+
+    def take(v):
+        if isinstance(v, torch.Tensor):
+            return next(it)
+        return tuple(take(part) for part in v)
+
+    own = {k: take(v) for k, v in p.on_device.items()}  # the order of _dicts
+    groups = [replace(g, on_device={k: take(v) for k, v in g.on_device.items()}) for g in p.groups]
+    plan_ = Plan(groups, p.n_queries, p.n_keys, own)
+    if next(it, None) is not None:
+        raise ValueError("more tensors than the plan has")
+    return plan_
+
+
+def device_tensor_count(p: Plan) -> int:
+    """How many device tensors ``p`` holds: a forward under a primed plan adds none."""
+    return sum(len(d) for d in _dicts(p))

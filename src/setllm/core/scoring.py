@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from . import install, packed_attention
+from . import graphs, install, packed_attention
 from .batch import Batch, collate, continuation_layout, padded_layout, response_steps
 from .encoding import NOT_IN_SET, EncodedPrompt
 from .flex import padded_length
@@ -349,11 +349,54 @@ def packed_forward(model, plan, ids, pos, cache, keep):
     device, rows = model.device, row_plan(model)
     k = len(keep)
     ids, pos, keep = (_padded(x, step) for x, step in ((ids, rows.rows), (pos, rows.rows), (keep, rows.head_rows)))
+    captured = graphs.of(model)
+    if captured is not None and cache.get_seq_length() == 0 and packed_attention.capturable(plan):
+        return _captured_forward(model, captured, plan, ids, pos, keep, k)
     with fixed_row_linears(model, rows.rows, rows.head_rows), packed_attention.blocks_on(model, plan):
         out = model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), attention_mask=packed_attention.placeholder_mask(device),
                     use_cache=True, **{cache_kwarg(): cache}, logits_to_keep=keep.to(device))
     out.logits = out.logits[:, :k]
     return out
+
+
+def _captured_forward(model, captured: graphs.Graphs, plan, ids, pos, keep, k: int):
+    """:func:`packed_forward` on a fresh cache by a CUDA graph (:mod:`setllm.core.graphs`): the
+    plan's device tensors are made first and are inputs of the graph with the padded ``ids``,
+    ``pos`` and ``keep``; the KV cache is rebuilt from the keys and values the graph returns."""
+    device, rows, config = model.device, row_plan(model), model.config.get_text_config()
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    softcap = getattr(config, "attn_logit_softcapping", None) is not None
+    packed_attention.prime(plan, device, model.dtype, heads, kv_heads, len(ids), softcap)
+    inputs = [ids[None].to(device), pos[None].to(device), keep.to(device), *packed_attention.leaves(plan)]
+
+    def forward_on(static):  # reads what a call changes from ``static`` alone (graphs' module docstring)
+        p = packed_attention.with_leaves(plan, static[3:])
+        made = packed_attention.device_tensor_count(p)
+        with fixed_row_linears(model, rows.rows, rows.head_rows), packed_attention.blocks_on(model, p):
+            out = model(input_ids=static[0], position_ids=static[1], attention_mask=packed_attention.placeholder_mask(device),
+                        use_cache=True, **{cache_kwarg(): new_cache()}, logits_to_keep=static[2])
+        if packed_attention.device_tensor_count(p) != made:
+            raise RuntimeError("a captured forward made a device tensor of its plan: prime() missed it")
+        layers = output_cache(out).layers
+        return [out.logits, *(layer.keys for layer in layers), *(layer.values for layer in layers)]
+
+    logits, *kv = captured.run(("prefill", graphs.adapter_key(model)), inputs, forward_on)
+    cache, n = new_cache(), len(kv) // 2
+    for i in range(n):
+        cache.update(kv[i], kv[n + i], i)
+    return _Output(logits[:, :k], cache)
+
+
+@dataclass
+class _Output:
+    """The parts of a model's output :func:`packed_forward`'s callers read."""
+
+    logits: torch.Tensor
+    cache: object
+
+    def __contains__(self, name: str) -> bool:
+        return name == "cache"
 
 
 def _padded(x, step: int) -> torch.Tensor:

@@ -88,6 +88,10 @@ def load_as(options, model: str | None, adapter: str | None):
                           allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
     if auto:
         use_auto_attention(net)
+    if options.cuda_graphs:
+        from ..core import graphs
+
+        graphs.enable(net)  # refused where the model is not on CUDA
     return net, tok
 
 

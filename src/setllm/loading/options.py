@@ -69,6 +69,8 @@ class LoadOptions:
     threads: int | None = field(default=None, metadata={"help": THREADS_HELP, "metavar": "N"})
     allow_untested: bool = field(default=False, metadata={"help": "try a model type setllm has not verified"})
     allow_pickle: bool = field(default=False, metadata={"help": "allow loading pickled (non-safetensors) weights"})
+    cuda_graphs: bool = field(default=False, metadata={"help": "capture scoring's forwards in CUDA graphs, one per repeating shape (same bits; "
+                                                               "a CUDA model only; off by default: docs/gpu.md)"})
     allow_base_mismatch: bool = field(default=False, metadata={"help": "apply an adapter trained on another base model (with a warning); "
                                                                        "a copied folder of its base, the same weights, needs no flag"})
 
