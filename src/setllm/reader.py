@@ -282,7 +282,8 @@ class Reader:
         return [w is None for w in why]
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
-        """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
+        """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there), from
+        the scoring driver's packed forward: the bits :meth:`score_encoded` sums for that option."""
         with self._running() as model:
             return scoring.token_details(model, self.variant, self.pad_id, prompt, response, top)
 
