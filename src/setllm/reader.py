@@ -30,9 +30,10 @@ from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import NOT_IN_SET, EncodedPrompt
+from .core.families import check_model
 from .core.install import install
 from .core.prompt import PromptLike
-from .core.runtime import check_model, forward, prompt_length
+from .core.runtime import forward, prompt_length
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError, SetLLMWarning
 from .loading import Origin

@@ -64,8 +64,11 @@ from . import packed_attention
 from .batch import collate, continuation_layout
 from .doctier import DiskTier
 from .encoding import EncodedPrompt
+from .fingerprint import weights_fingerprint
+from .fit import sliding_window
+from .kvcache import new_cache, output_cache
 from .masks import TokenLayout
-from .runtime import forward, new_cache, output_cache, sliding_window, weights_fingerprint
+from .runtime import forward
 from .scoring import (
     OPTION_BUCKET,
     PROMPT_BUCKET,

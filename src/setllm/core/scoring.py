@@ -56,19 +56,12 @@ from ..errors import InputError
 from . import install, packed_attention
 from .batch import Batch, padded_layout
 from .encoding import NOT_IN_SET, EncodedPrompt
+from .fit import check_fits, sliding_window
 from .flex import padded_length
+from .install import fixed_row_linears
+from .kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
 from .masks import TokenLayout
-from .runtime import (
-    cache_kwarg,
-    check_fits,
-    fixed_row_linears,
-    forward,
-    new_cache,
-    output_cache,
-    sliding_window,
-    truncate_cache,
-    uses_flex,
-)
+from .runtime import forward, uses_flex
 from .variants import Variant
 
 
@@ -95,7 +88,7 @@ class OptionScore:
 # each too small to fill an H100), so 512 there. Another device type takes the CPU's.
 MATMUL_ROWS = 64
 DEVICE_MATMUL_ROWS = {"cpu": MATMUL_ROWS, "cuda": 512}
-HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
+HEAD_ROWS = 16  # the output head's blocks (see install.fixed_row_linears)
 # A wide head (Gemma 3: 262k words x 640, 670 MB in fp32) is read from memory once per
 # block: the option forwards, which read every token's logits, take it in blocks of 64 rows
 # (measured here: 720 rows through Gemma 3's head, 16-row blocks 11.5 s, 64-row 6.6 s). The
@@ -224,7 +217,7 @@ def row_plan(model) -> install.RowPlan:
 
 def fixed_rows(model):
     """Inside, the model's linear layers multiply in :func:`row_plan`'s blocks
-    (:func:`setllm.core.runtime.fixed_row_linears`)."""
+    (:func:`setllm.core.install.fixed_row_linears`)."""
     plan = row_plan(model)
     return fixed_row_linears(model, plan.rows, plan.head_rows)
 
