@@ -1,4 +1,4 @@
-"""One forward under a variant (:mod:`setllm.core.runtime`): fixed-row linear blocks, length checks."""
+"""One forward under a variant (:mod:`setllm.core.runtime`), the fixed-row linear blocks it runs under (:mod:`setllm.core.install`) and the fit rule (:mod:`setllm.core.fit`)."""
 
 from __future__ import annotations
 
