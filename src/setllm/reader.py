@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -155,10 +155,6 @@ class Reader:
         if "variant" in changes and "exact" not in changes:
             changes["exact"] = None
         return self._view(dataclasses.replace(self.options, **changes), self._switch)
-
-    def _switched(self, switch: Callable[[], AbstractContextManager]) -> Self:
-        """This view, running each computation inside ``switch()`` (:class:`setllm.AdapterBank`'s views)."""
-        return self._view(self.options, switch)
 
     def _view(self, options: ReadOptions, switch) -> Self:
         view = object.__new__(type(self))
@@ -330,6 +326,16 @@ class Reader:
     def __repr__(self) -> str:
         o = self.options
         return f"{type(self).__name__}(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+R = TypeVar("R", bound=Reader)
+
+
+def switched(reader: R, switch: Callable[[], AbstractContextManager]) -> R:
+    """A view of ``reader`` (its weights, its options) that runs each computation inside
+    ``switch()``: the seam :class:`setllm.AdapterBank` makes its views through (``switch``
+    activates one adapter of a shared model for the computation)."""
+    return reader._view(reader.options, switch)
 
 
 @functools.cache
