@@ -1,4 +1,5 @@
-"""One forward under a variant (:mod:`setllm.core.runtime`), the fixed-row linear blocks it runs under (:mod:`setllm.core.install`) and the fit rule (:mod:`setllm.core.fit`)."""
+"""One forward under a variant (:mod:`setllm.core.runtime`), the fixed-row linear blocks it
+runs under (:mod:`setllm.core.install`) and the fit rule (:mod:`setllm.core.fit`)."""
 
 from __future__ import annotations
 
