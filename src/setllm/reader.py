@@ -280,9 +280,16 @@ class Reader:
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
         """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there), from
-        the scoring driver's packed forward: the bits :meth:`score_encoded` sums for that option."""
-        with self._running() as model:
-            return scoring.token_details(model, self.variant, self.pad_id, prompt, response, top)
+        the very reading :meth:`score_encoded` gives that option (the scoring driver's packed
+        forward, or the documents' cache where it serves): the bits it sums."""
+        if not response:
+            return []
+        request = scoring.ScoreRequest(prompt, [list(response)])
+        with self._running() as model:  # read as score_encoded reads this option: through the documents' cache where it can
+            dists = self._by_reading(model, [prompt], [request],
+                                     lambda rs, *cached: [torch.cat(d) for d in doccache.read_options(model, self.variant, rs, *cached)],
+                                     lambda rs: [scoring.response_logprobs(model, self.variant, self.pad_id, prompt, response)])[0]
+        return scoring.token_details(response, dists, top)
 
     def echo_details(self, prompt: EncodedPrompt, top: int = 0) -> list[scoring.TokenDetail]:
         """The prompt's own tokens with their log-probs under this reading (OpenAI's ``echo``,

@@ -132,13 +132,15 @@ def test_the_judge_route_reads_with_its_own_model_and_the_other_routes_with_the_
 
 
 @pytest.mark.usefixtures("threads")
-def test_echo_score_and_the_library_give_a_continuation_the_same_bits(wide_lm):
+@pytest.mark.parametrize("variant", ["setmask-setpe", "sbp"])
+def test_echo_score_and_the_library_give_a_continuation_the_same_bits(wide_lm, variant):
     """One log-prob computation: a continuation's tokens after a set, read by `/v1/completions`
     with echo (alone and among other requests), by `/v1/score` and by the library, all through
-    the scoring driver's packed forward: the same bits, token by token and summed."""
+    the reading that scores an option (the scoring driver's packed forward; under `sbp` the
+    documents' cache): the same bits, token by token and summed."""
     import torch
 
-    lm = wide_lm.with_options(eos=False)
+    lm = wide_lm.with_options(variant=variant, eos=False)
     head = r"Pick the fruit, the one that grows on a tree:\n{{a red apple from the orchard\n||a dog that barks at night\n||a fox in the woods\n}}Answer"
     markup = head + " apple"
     enc, prompt = lm.encode(parse_markup(markup.replace(r"\n", "\n"))), lm.encode(parse_markup(head.replace(r"\n", "\n")))

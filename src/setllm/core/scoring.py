@@ -375,21 +375,25 @@ class TokenDetail:
 
 
 @torch.no_grad()
-def token_details(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[TokenDetail]:
-    """Each token of ``response`` read as the response to ``prompt``, exactly as an option is
-    scored (OpenAI's ``echo`` and ``logprobs``): the prompt and the response as one option row
-    in one packed forward of fixed row blocks (:func:`_packed_prefill`), so each token gets the
-    very bits :func:`score_requests` sums for that option, alone or in any batch; with the
-    ``top`` likeliest tokens at its place."""
-    if not response:
-        return []
+def response_logprobs(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, response: Sequence[int]) -> torch.Tensor:
+    """The log-probs ``[len(response), V]`` at each token of ``response`` read as the response
+    to ``prompt``, exactly as an option is scored (OpenAI's ``echo`` and ``logprobs``): the
+    prompt and the response as one option row in one packed forward of fixed row blocks
+    (:func:`_packed_prefill`), so each token gets the very bits :func:`score_requests` sums
+    for that option, alone or in any batch."""
     packed = _Prompts(model, variant, pad_id, [prompt])
     check_fits(model.config, len(prompt), packed.next_positions[0], variant.positions, len(response), "response")
     rows = [(0, list(response))] if len(response) > 1 else []
     _, next_logprobs, _, dists = _packed_prefill(model, packed, rows, keep_dists=True)
-    dists = torch.cat([next_logprobs[:1], dists]).cpu()
+    return torch.cat([next_logprobs[:1], dists])
+
+
+def token_details(response: Sequence[int], dists: torch.Tensor, top: int = 0) -> list[TokenDetail]:
+    """Each token of ``response`` with its log-prob off ``dists [len(response), V]``
+    (:func:`response_logprobs`, or the document cache's reading of the same row) and the
+    ``top`` likeliest tokens at its place."""
     details = []
-    for token, dist in zip(response, dists):
+    for token, dist in zip(response, dists.cpu()):
         values, index = dist.topk(top) if top else (torch.tensor([]), torch.tensor([], dtype=torch.long))
         details.append(TokenDetail(int(token), float(dist[token]), list(zip(index.tolist(), values.tolist()))))
     return details
