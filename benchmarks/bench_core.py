@@ -26,7 +26,7 @@ from report_io import emit  # benchmarks/, this script's folder
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
 from setllm.core.encoding import setpe_positions
-from setllm.core.masks import TokenLayout, render_block_mask, render_bool, variant_mask
+from setllm.core.masks import TokenLayout, render_bool, variant_mask
 from setllm.loading import load_adapter, load_model
 from setllm.tasks import get_task, load_records
 
@@ -103,7 +103,7 @@ def block_mask_bytes(bm) -> int:
 
 
 def bench_long_mask(config, docs: int, doc_tokens: int, repeats: int):
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     layout = long_layout(docs, doc_tokens)
@@ -111,8 +111,8 @@ def bench_long_mask(config, docs: int, doc_tokens: int, repeats: int):
     fn = variant_mask("setmask", layout)
     build_dense = timed(lambda: render_bool(fn, 1, n, n))
     dense = render_bool(fn, 1, n, n).contiguous()
-    build_block = timed(lambda: render_block_mask(fn, 1, n, n))
-    block = render_block_mask(fn, 1, n, n)
+    build_block = timed(lambda: create_block_mask(fn, 1, None, n, n, device="cpu"))
+    block = create_block_mask(fn, 1, None, n, n, device="cpu")
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, heads, n, dim) for _ in range(3))

@@ -139,7 +139,7 @@ def plain_score(lm, ps):
 def plain_cached(lm, ps):
     """Plain transformers reading each prompt causally once, then each option on its cache (the
     cheaper way after a long prompt, as ``benchmarks/gpu_check.py`` compares long sets)."""
-    from setllm.core.runtime import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
 
     ctx = [lm.encode(p).input_ids for p in ps]
     options = [[lm.response_ids(p, o) for o in OPTIONS] for p in ps]
@@ -164,7 +164,7 @@ def plain_cached(lm, ps):
 
 def setllm_decode(lm, ps):
     """One decoding step after the prompts' prefill (the prefill not counted)."""
-    from setllm.core import generation, runtime, scoring
+    from setllm.core import generation, kvcache, scoring
     from setllm.core.batch import collate
 
     batch = collate([lm.encode(p) for p in ps], lm.variant.positions, lm.pad_id)
@@ -173,7 +173,7 @@ def setllm_decode(lm, ps):
     n = batch.layout.shape[1]
 
     def run():
-        runtime.truncate_cache(cache, n)
+        kvcache.truncate_cache(cache, n)
         return generation.decode_one_token(lm.model, lm.variant, cache, batch, token, 0)
 
     return run
@@ -181,7 +181,7 @@ def setllm_decode(lm, ps):
 
 def plain_decode(lm, ps):
     """One cached forward of a token per row, with the left-padded batch's 2D mask (as ``generate``)."""
-    from setllm.core.runtime import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
 
     ctx = [lm.encode(p).input_ids for p in ps]
     width = max(map(len, ctx))

@@ -418,7 +418,7 @@ def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
 
 def _plain_long_score(model, ids: list[int], options: list[list[int]], run: Run) -> Callable[[], list[float]]:
     """Plain transformers scoring ``options`` after ``ids``: one prefill with a cache, then each option on it."""
-    from setllm.core.runtime import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
 
     x = torch.tensor([ids], device=run.device)
 
@@ -442,7 +442,7 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
     (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
     apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
     it (generate)."""
-    from setllm.core.runtime import cache_kwarg, new_cache
+    from setllm.core.kvcache import cache_kwarg, new_cache
 
     x = torch.tensor([ids], device=run.device)
     score = _plain_long_score(model, ids, options, run)

@@ -126,7 +126,7 @@ def check_same_weights(path: Path, lm: SetLLM, resuming: bool) -> None:
     adapter replaced under the same judge name must not mix with its predecessor's scores):
     ``<name>.weights`` beside them holds the fingerprint; a file older than that record is
     taken as given once, with a warning."""
-    from setllm.core.runtime import weights_fingerprint
+    from setllm.core.fingerprint import weights_fingerprint
 
     stamp, now = path.with_suffix(".weights"), weights_fingerprint(lm.model)
     if stamp.exists() and stamp.read_text().strip() != now:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import torch
 
-from setllm.core.batch import Batch
+from setllm.core.batch import Batch, continuation_layout, response_steps
 from setllm.core.generation import GenerationConfig, generate_tokens
-from setllm.core.scoring import _continue
+from setllm.core.runtime import forward
 from setllm.core.variants import Variant
 
 
@@ -50,6 +50,14 @@ def token_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, 
         logp = torch.cat([logp, rest.gather(-1, ids[:, 1:, None]).squeeze(-1)], 1)
         hit = torch.cat([hit, rest.argmax(-1) == ids[:, 1:]], 1)
     return logp * valid, hit | ~valid, valid
+
+
+def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
+    """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
+    causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
+    positions = batch.next_positions[rows][:, None] + response_steps(variant.positions, ids.shape[1])
+    layout = batch.layout.index_select(rows).cat(continuation_layout(valid, positions))
+    return forward(model, variant, ids, positions, layout, cache=cache)
 
 
 def split_rows(flat: list, options: Sequence[Sequence]) -> list[list]:

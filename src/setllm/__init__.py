@@ -17,7 +17,7 @@ _EXPORTS = {
     "core.encoding": ["EncodedPrompt", "PromptEncoder", "sbp_positions", "setpe_positions"],
     "core.generation": ["GenerationConfig"],
     "core.prompt": ["PromptError", "Set", "SetPrompt", "as_prompt", "from_json", "parse_markup", "to_markup"],
-    "core.runtime": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],
+    "core.families": ["SUPPORTED_MODEL_TYPES", "UnsupportedModelError"],
     "core.scoring": ["OptionScore"],
     "core.templates": ["mc_prompt", "original_prompt"],
     "core.variants": ["DEFAULT_VARIANT", "VARIANTS", "Variant", "get_variant"],

@@ -35,6 +35,7 @@ from .loading.model import load_as
 from .loading.options import LoadOptions
 from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
 from .loading.sources import DEFAULT_MODEL
+from .reader import switched
 from .sharing import model_lock
 
 NONE = "none"  # the view with every adapter off, read under the bank's variant (as ``--adapter none``)
@@ -132,7 +133,7 @@ class AdapterBank(Mapping):
 
     def _view(self, name: str | None) -> SetLLM:
         read = self.options.read_as(embedded_or(self.options.model), self.paths.get(name), self.infos.get(name))
-        return SetLLM(self.model, self.tokenizer, **read)._switched(lambda: self.using(name))
+        return switched(SetLLM(self.model, self.tokenizer, **read), lambda: self.using(name))
 
     @contextmanager
     def using(self, name: str | None):

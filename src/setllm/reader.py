@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -30,9 +30,10 @@ from .core import doccache, generation, scoring
 from .core.batch import collate
 from .core.codec import Codec
 from .core.encoding import NOT_IN_SET, EncodedPrompt
+from .core.families import check_model
 from .core.install import install
 from .core.prompt import PromptLike
-from .core.runtime import check_model, forward, prompt_length
+from .core.runtime import forward, prompt_length
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError, SetLLMWarning
 from .loading import Origin
@@ -154,10 +155,6 @@ class Reader:
         if "variant" in changes and "exact" not in changes:
             changes["exact"] = None
         return self._view(dataclasses.replace(self.options, **changes), self._switch)
-
-    def _switched(self, switch: Callable[[], AbstractContextManager]) -> Self:
-        """This view, running each computation inside ``switch()`` (:class:`setllm.AdapterBank`'s views)."""
-        return self._view(self.options, switch)
 
     def _view(self, options: ReadOptions, switch) -> Self:
         view = object.__new__(type(self))
@@ -282,9 +279,17 @@ class Reader:
         return [w is None for w in why]
 
     def token_details(self, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[scoring.TokenDetail]:
-        """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there)."""
-        with self._running() as model:
-            return scoring.token_details(model, self.variant, self.pad_id, prompt, response, top)
+        """Each response token's log-prob after ``prompt`` (and the ``top`` likeliest there), from
+        the very reading :meth:`score_encoded` gives that option (the scoring driver's packed
+        forward, or the documents' cache where it serves): the bits it sums."""
+        if not response:
+            return []
+        request = scoring.ScoreRequest(prompt, [list(response)])
+        with self._running() as model:  # read as score_encoded reads this option: through the documents' cache where it can
+            dists = self._by_reading(model, [prompt], [request],
+                                     lambda rs, *cached: [torch.cat(d) for d in doccache.read_options(model, self.variant, rs, *cached)],
+                                     lambda rs: [scoring.response_logprobs(model, self.variant, self.pad_id, prompt, response)])[0]
+        return scoring.token_details(response, dists, top)
 
     def echo_details(self, prompt: EncodedPrompt, top: int = 0) -> list[scoring.TokenDetail]:
         """The prompt's own tokens with their log-probs under this reading (OpenAI's ``echo``,
@@ -328,6 +333,16 @@ class Reader:
     def __repr__(self) -> str:
         o = self.options
         return f"{type(self).__name__}(model={self.origin.model!r}, adapter={self.origin.adapter!r}, variant={o.variant.name!r}, exact={o.exact}, eos={o.eos})"
+
+
+R = TypeVar("R", bound=Reader)
+
+
+def switched(reader: R, switch: Callable[[], AbstractContextManager]) -> R:
+    """A view of ``reader`` (its weights, its options) that runs each computation inside
+    ``switch()``: the seam :class:`setllm.AdapterBank` makes its views through (``switch``
+    activates one adapter of a shared model for the computation)."""
+    return reader._view(reader.options, switch)
 
 
 @functools.cache

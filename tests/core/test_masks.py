@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from setllm.core.encoding import EncodedPrompt, sbp_positions, setpe_positions
-from setllm.core.masks import TokenLayout, render, render_block_mask, variant_mask
+from setllm.core.masks import TokenLayout, render, variant_mask
 
 LAYOUT = TokenLayout(
     valid=torch.tensor([[1, 1, 1, 1, 1, 1]], dtype=torch.bool),
@@ -52,15 +52,6 @@ def test_eager_additive_mask(kind):
     assert got.dtype == torch.float32 and torch.equal(got, expected)
 
 
-@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
-def test_flex_block_mask_predicate(kind):
-    block = render(variant_mask(kind, LAYOUT), "flex_attention", 1, 6, 6)
-    q, kv = torch.meshgrid(torch.arange(6), torch.arange(6), indexing="ij")
-    zero = torch.tensor(0)
-    got = torch.stack([torch.stack([block.mask_mod(zero, zero, q[i, j], kv[i, j]) for j in range(6)]) for i in range(6)])
-    assert torch.equal(got.view(1, 1, 6, 6), literal(kind))
-
-
 # Window 2 counted in SetPE positions (Q=0, a1=1, a2=2, b1=1, A=3, R=4): |dpos| < 2.
 WINDOWED_SETMASK = [[1, 1, 0, 1, 0, 0],  # Q (0) sees a1 (1), b1 (1); not a2 (2), A (3)
                     [1, 1, 1, 0, 0, 0],  # a1 (1): Q, a2; b1 is another element; A is 2 away
@@ -88,13 +79,6 @@ def test_query_offset_renders_the_last_rows(backend):
     fn = variant_mask("setmask", LAYOUT)
     full = render(fn, backend, 1, 6, 6)
     assert torch.equal(render(fn, backend, 1, 2, 6, q_offset=4), full[:, :, 4:])
-
-
-def test_flex_query_offset():
-    block = render_block_mask(variant_mask("setmask", LAYOUT), 1, 1, 6, q_offset=5)
-    zero = torch.tensor(0)
-    row = torch.stack([block.mask_mod(zero, zero, zero, torch.tensor(k)) for k in range(6)])
-    assert row.tolist() == EXPECTED["setmask"][5]
 
 
 def test_padding_is_never_attended_and_pad_rows_are_not_empty():
@@ -142,3 +126,15 @@ def test_setpe_two_adjacent_sets_and_set_at_end():
     assert setpe_positions(sets, elems) == ([0, 1, 0, 3, 3, 4, 5], 7)
     # Duplicate neighbouring elements are still separate elements.
     assert setpe_positions([0, 0], [0, 1]) == ([0, 0], 2)
+
+
+def test_every_mask_kind_is_defined_once_by_its_parts_and_an_unknown_kind_is_refused():
+    import typing
+
+    from setllm.core.masks import MASK_KINDS
+    from setllm.core.variants import MaskKind
+
+    assert set(MASK_KINDS) == set(typing.get_args(MaskKind))
+    assert len(set(MASK_KINDS.values())) == len(MASK_KINDS)  # no two kinds alike
+    with pytest.raises(ValueError, match="unknown mask kind"):
+        variant_mask("sets", LAYOUT)

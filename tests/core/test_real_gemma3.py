@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from setllm import Set, SetLLM
-from setllm.core import runtime
+from setllm.core import fit
 from setllm.loading import sources
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def gemma():
 
 def test_it_is_gemma3_with_sliding_layers_and_bos(gemma):
     config = gemma.model.config
-    assert config.model_type == "gemma3_text" and runtime.layer_windows(config) == {"sliding_attention": 512, "full_attention": None}
+    assert config.model_type == "gemma3_text" and fit.layer_windows(config) == {"sliding_attention": 512, "full_attention": None}
     assert gemma.origin.adapter is None  # no shipped adapter for another model
     enc = gemma.encode(["Which city is the capital of France?"])
     assert enc.input_ids[0] == gemma.tokenizer.bos_token_id

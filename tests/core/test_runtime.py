@@ -1,4 +1,5 @@
-"""One forward under a variant (:mod:`setllm.core.runtime`): fixed-row linear blocks, length checks."""
+"""One forward under a variant (:mod:`setllm.core.runtime`), the fixed-row linear blocks it
+runs under (:mod:`setllm.core.install`) and the fit rule (:mod:`setllm.core.fit`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from setllm.core import runtime
+from setllm.core import fit, install
 from setllm.errors import InputError
 
 
@@ -15,14 +16,13 @@ from setllm.errors import InputError
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])  # nn.Linear, and gpt2's Conv1D
 def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkeypatch):
     """Both ways of multiplying the blocks (install.BATCHED_BLOCKS picks one per device type)."""
-    from setllm.core import install
 
     monkeypatch.setattr(install, "BATCHED_BLOCKS", {"cpu"} if batched else set())
     model = tiny_model(arch, **({"n_embd": 128, "n_head": 4} if arch == "gpt2" else {"hidden_size": 128, "intermediate_size": 256,
                                                                                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
     layer = next(m for m in model.modules() if type(m).__name__ in ("Linear", "Conv1D") and m is not model.get_output_embeddings())
     x = torch.randn(70, 128, generator=torch.Generator().manual_seed(0))
-    with runtime.fixed_row_linears(model, 64, 16):
+    with install.fixed_row_linears(model, 64, 16):
         alone = layer(x[:1])
         for n in (2, 5, 63, 64, 65, 70):
             assert torch.equal(layer(x[:n])[:1], alone), n
@@ -32,7 +32,6 @@ def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkey
 
 
 def test_installed_layers_are_plain_outside_a_plan_and_a_plan_changes_no_layer():
-    from setllm.core import install
 
     model = tiny_model("llama")
     install.install(model)
@@ -41,7 +40,7 @@ def test_installed_layers_are_plain_outside_a_plan_and_a_plan_changes_no_layer()
     x = torch.randn(3, 5, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     head = model.get_output_embeddings()
     assert torch.equal(head(x), torch.nn.Linear.forward(head, x))  # no plan: the layer's own forward, bit for bit
-    with runtime.fixed_row_linears(model, 64, 16):
+    with install.fixed_row_linears(model, 64, 16):
         assert [m.__dict__["forward"] for m in layers] == forwards
         blocked = head(x)
     assert [m.__dict__["forward"] for m in layers] == forwards
@@ -52,9 +51,9 @@ def test_installed_layers_are_plain_outside_a_plan_and_a_plan_changes_no_layer()
 
 def test_lengths_past_the_context_are_refused():
     llama = tiny_model("llama", max_position_embeddings=32)
-    assert runtime.sliding_window(llama.config) is None
+    assert fit.sliding_window(llama.config) is None
     with pytest.raises(InputError, match="sequence of 10 tokens at positions up to 39 is longer than the model's context \\(32 tokens\\)"):
-        runtime.check_length(llama.config, 10, 40)
+        fit.check_length(llama.config, 10, 40)
 
 
 def test_every_family_setllm_calls_verified_is_in_the_tested_architectures():

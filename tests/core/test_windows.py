@@ -17,7 +17,7 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
-from setllm.core import runtime, scoring, variants
+from setllm.core import fit, runtime, scoring, variants
 from setllm.core.batch import collate
 from setllm.core.encoding import EncodedPrompt
 from setllm.errors import InputError
@@ -38,7 +38,7 @@ def model_of(arch):
 
 @pytest.mark.parametrize("arch", list(FAMILIES))
 def test_layer_windows_name_each_layer_type(arch):
-    windows = runtime.layer_windows(model_of(arch).config)
+    windows = fit.layer_windows(model_of(arch).config)
     assert windows == ({"sliding_attention": WINDOW} if arch == "mistral" else {"sliding_attention": WINDOW, "full_attention": None})
 
 
@@ -139,7 +139,7 @@ def test_untested_families_still_stop_at_the_window():
     from transformers import AutoConfig
 
     config = AutoConfig.for_model("mixtral", sliding_window=16, max_position_embeddings=64)
-    runtime.check_length(config, 16)
+    fit.check_length(config, 16)
     with pytest.raises(InputError, match="17 tokens is longer than the model's sliding attention window \\(16\\)"):
-        runtime.check_length(config, 17)
-    runtime.check_length(model_of("gemma3_text").config, 60)  # a verified family: no window limit
+        fit.check_length(config, 17)
+    fit.check_length(model_of("gemma3_text").config, 60)  # a verified family: no window limit

@@ -129,3 +129,30 @@ def test_the_judge_route_reads_with_its_own_model_and_the_other_routes_with_the_
     assert judged.json()["scores"] != lm.judge(JUDGE_INSTRUCTION, JUDGE_CANDIDATES).scores  # not the main model's verdict
     assert chosen.json()["scores"] == [s.logprob for s in lm.choose(question, options).scores]
     assert {"main", "judge"} in batches
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("variant", ["setmask-setpe", "sbp"])
+def test_echo_score_and_the_library_give_a_continuation_the_same_bits(wide_lm, variant):
+    """One log-prob computation: a continuation's tokens after a set, read by `/v1/completions`
+    with echo (alone and among other requests), by `/v1/score` and by the library, all through
+    the reading that scores an option (the scoring driver's packed forward; under `sbp` the
+    documents' cache): the same bits, token by token and summed."""
+    import torch
+
+    lm = wide_lm.with_options(variant=variant, eos=False)
+    head = r"Pick the fruit, the one that grows on a tree:\n{{a red apple from the orchard\n||a dog that barks at night\n||a fox in the woods\n}}Answer"
+    markup = head + " apple"
+    enc, prompt = lm.encode(parse_markup(markup.replace(r"\n", "\n"))), lm.encode(parse_markup(head.replace(r"\n", "\n")))
+    tail = lm.response_ids(parse_markup(head.replace(r"\n", "\n")), " apple")
+    assert enc.input_ids == prompt.input_ids + tail  # the echo's continuation is the option, token for token
+    library = [d.logprob for d in lm.token_details(prompt, tail)]
+    library_score = lm.score(parse_markup(head.replace(r"\n", "\n")), [" apple"])[0].logprob
+    echo = {"prompt": markup, "max_tokens": 0, "echo": True, "logprobs": 1}
+    with serving(lm) as client:
+        alone = client.post("/v1/completions", json=echo).json()["choices"][0]["logprobs"]["token_logprobs"]
+        scored = client.post("/v1/score", json={"prompt": head, "options": [" apple"]}).json()["scores"][0]
+    batched = concurrently(create_app(lm, ServeConfig(batch_window_ms=100)), [("/v1/completions", echo), *OTHERS])[0].json()
+    batched = batched["choices"][0]["logprobs"]["token_logprobs"]
+    assert alone[-len(tail):] == library and batched == alone and None not in library
+    assert scored == library_score == float(torch.tensor(library).sum())

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tiny import run_cli, same_weights, tiny_model, tiny_tokenizer
 
-from setllm.core.runtime import UnsupportedModelError, check_model
+from setllm.core.families import UnsupportedModelError, check_model
 from setllm.core.variants import (
     ATTENTION_BACKENDS,
     attention_problem,

@@ -64,8 +64,11 @@ from . import packed_attention
 from .batch import collate, continuation_layout
 from .doctier import DiskTier
 from .encoding import EncodedPrompt
+from .fingerprint import weights_fingerprint
+from .fit import sliding_window
+from .kvcache import new_cache, output_cache
 from .masks import TokenLayout
-from .runtime import forward, new_cache, output_cache, sliding_window, weights_fingerprint
+from .runtime import forward
 from .scoring import (
     OPTION_BUCKET,
     PROMPT_BUCKET,
@@ -446,8 +449,14 @@ def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, i
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
-@torch.no_grad()
 def score(model, variant: Variant, requests: Sequence, store: DocumentCache, identity: tuple) -> list[list]:
+    """Every option of every request scored after its prompt's cached reading
+    (:func:`read_options`): one ``TokenScore`` list per request."""
+    return [option_scores(first, rows, r.options) for (first, rows), r in zip(read_options(model, variant, requests, store, identity), requests)]
+
+
+@torch.no_grad()
+def read_options(model, variant: Variant, requests: Sequence, store: DocumentCache, identity: tuple) -> list[tuple]:
     """Every option of every request (:class:`setllm.core.scoring.ScoreRequest`) scored after
     its prompt's cached reading, all requests in one packed forward: each request's suffix and
     options are its tokens of that forward, and attend to its own cached pieces and to
@@ -455,8 +464,10 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, ide
     one more set, so under ``sbp`` each reads the whole prompt and none of the others, at the
     positions a response has, exactly as a response row does. Linear layers multiply fixed
     row blocks and each request's attention block has a shape of its own, as in the scoring
-    driver: a request gets the same bits alone or among others. One ``TokenScore`` list per
-    request (the same bits whatever ``store`` holds, as :func:`prefill`)."""
+    driver: a request gets the same bits alone or among others. Per request, its next-token
+    log-probs ``[1, V]`` (each option's first token) and the log-probs after each option's
+    tokens but its last ``[sum(n - 1), V]``, options in order (the same bits whatever
+    ``store`` holds, as :func:`prefill`)."""
     asked = [collate([_followed_by_set(r.prompt, r.options)], variant.positions, 0) for r in requests]
     read = _pieces(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, identity)
     asks = [_Ask.of(b, parts, suffix, r.options) for r, b, (parts, suffix) in zip(requests, asked, read)]
@@ -474,9 +485,9 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, ide
         out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
     logp = out.logits[0].float().log_softmax(-1)
     results, at = [], 0
-    for a, r in zip(asks, requests):
+    for a in asks:
         n = len(a.keep)
-        results.append(option_scores(logp[at : at + 1], logp[at + 1 : at + n], r.options))
+        results.append((logp[at : at + 1], logp[at + 1 : at + n]))
         at += n
     return results
 

@@ -1,4 +1,5 @@
-"""What each verified model family needs of setllm, written in one place.
+"""What each verified model family needs of setllm, written in one place, and the check
+(:func:`check_model`) that refuses a model setllm cannot run.
 
 Everything else in setllm is family-blind: it hands token ids, a mask and position ids to
 the model's public ``forward``. Where a family differs, its entry here says how, and the
@@ -12,18 +13,22 @@ code that acts on it reads it from here.
   attention, and :mod:`setllm.core.packed_attention` applies the cap itself.
 - Gemma 2/3, Qwen 2/3 with ``use_sliding_window``, Mistral, Phi-3: sliding-window layers.
   The window is applied by setllm's masks, counted in positions
-  (:func:`setllm.core.masks.window_mask`), per layer type (:func:`setllm.core.runtime.layer_windows`).
+  (:func:`setllm.core.masks.window_mask`), per layer type (:func:`setllm.core.fit.layer_windows`).
 - Gemma 3: a 262k-token vocabulary. Logits are computed only for the rows that are read
   (``logits_to_keep``), so the set path holds no more logits than the base model's; option
   rows go through a vocabulary that wide in blocks of ``WIDE_HEAD_ROWS``
   (:mod:`setllm.core.scoring`), which reads the 670 MB head a quarter as often.
 - GPT-2: absolute position embeddings (``n_positions``) and Conv1D linear layers, which
-  :func:`setllm.core.runtime.fixed_row_linears` blocks like ``nn.Linear``.
+  :func:`setllm.core.install.fixed_row_linears` blocks like ``nn.Linear``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..errors import InputError
+from . import install
+from .variants import attention_problem
 
 
 @dataclass(frozen=True)
@@ -49,3 +54,24 @@ def default_attention(model_type: str | None, requested: str) -> str:
     the family cannot run it."""
     family = FAMILIES.get(model_type or "")
     return family.attention if requested == "sdpa" and family is not None else requested
+
+
+class UnsupportedModelError(InputError):
+    """The model cannot run set prompts (or has not been verified to)."""
+
+
+def check_model(model, allow_untested: bool = False) -> None:
+    """Refuse models whose attention cannot take our masks and positions."""
+    config = model.config
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{model_type} is an encoder-decoder model; setllm needs a decoder-only LLM")
+    if model_type not in SUPPORTED_MODEL_TYPES and not allow_untested:
+        raise UnsupportedModelError(
+            f"model type {model_type!r} has not been verified to honour custom masks and positions "
+            f"(verified: {', '.join(SUPPORTED_MODEL_TYPES)}); pass allow_untested=True / --allow-untested to try it"
+        )
+    problem = attention_problem(install.own_attention(config))
+    if problem:
+        raise UnsupportedModelError(f"{problem} (load the model with attn_implementation=...)")
+

@@ -9,8 +9,9 @@ hits dynamo's recompile limit and falls back to an unfused kernel that materiali
 full score matrix. So here:
 
 - **one predicate for every mask kind** (:func:`mask_mod`): the kind is folded into the
-  layout's tensors instead of the code (a causal reading sees no prompt as bidirectional and
-  no sets; a prefix reading sees no sets), the window and the query offset are 0-dim
+  layout's tensors instead of the code, by its parts as :data:`setllm.core.masks.MASK_KINDS`
+  defines them (a kind without a bidirectional prompt sees no prompt token as one; a kind
+  that keeps no sets apart sees no sets), the window and the query offset are 0-dim
   tensors. Every variant, window and offset runs the same code with tensors of the same
   dtypes: one compilation per shape;
 - **lengths in buckets** (:func:`bucket`) where shapes are static (the CPU: torch 2.13's
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import TokenLayout, and_masks, causal_mask, or_masks, padding_mask, prefix_mask, set_mask, window_mask
+from .masks import TokenLayout, and_masks, causal_mask, kind_parts, or_masks, padding_mask, prefix_mask, set_mask, window_mask
 from .variants import MaskKind
 
 BLOCK = 128  # flex attention's block size: lengths are padded to multiples of it
@@ -49,8 +50,7 @@ class FlexLayout:
 
     @classmethod
     def of(cls, kind: MaskKind, layout: TokenLayout, window: int | None = None, q_offset: int = 0) -> FlexLayout:
-        bidirectional = kind in ("prefix", "setmask")
-        sets = kind in ("setmask", "sbp")
+        bidirectional, sets = kind_parts(kind)  # the kind's definition, as variant_mask composes it
         none = torch.full_like(layout.set_ids, -1)
         folded = TokenLayout(layout.valid, layout.is_prompt & bidirectional, layout.set_ids if sets else none,
                              layout.element_ids if sets else none, layout.positions)

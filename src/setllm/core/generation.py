@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError
-from . import runtime
+from . import fit, runtime
 from .batch import Batch, continuation_layout
 from .scoring import prefill
 from .variants import Variant
@@ -88,7 +88,7 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
     """Yield ``[B, k]`` tokens on the host, ``k`` steps at a time (:data:`CHECK_EVERY`), until
     every row has hit a stop id or ``max_new_tokens``. Tokens after a row's stop id are
     still computed within a run of steps; the caller drops them."""
-    runtime.check_fits(model.config, batch.layout.shape[1], int(batch.next_positions.max()), variant.positions,
+    fit.check_fits(model.config, batch.layout.shape[1], int(batch.next_positions.max()), variant.positions,
                        config.max_new_tokens, "max_new_tokens")
     batch = batch.to(model.device)
     every = CHECK_EVERY.get(model.device.type, DEVICE_CHECK_EVERY)

@@ -210,3 +210,19 @@ def _weight(layer) -> torch.Tensor:
 def _padded(x: torch.Tensor, n: int, rows: int) -> torch.Tensor:
     flat = x.reshape(n, x.shape[-1])
     return torch.nn.functional.pad(flat, (0, 0, 0, -n % rows)).view(-1, rows, x.shape[-1])
+
+
+@contextmanager
+def fixed_row_linears(model, rows: int, head_rows: int):
+    """Inside (this thread only), every linear layer of ``model`` (``nn.Linear``; gpt2's
+    ``Conv1D``) multiplies its input as blocks of exactly ``rows`` rows, the output head as
+    blocks of ``head_rows`` (:func:`setllm.core.install.blocked_linear`), so a row's result
+    depends on the row alone, never on how many rows share the forward (see
+    :mod:`setllm.core.scoring`). The head gets smaller blocks because it is read for one row
+    per prompt and is the widest layer (a 49k-word vocabulary times 64 rows would cost more
+    than the row it serves). The layers were installed once (:func:`install`);
+    the model is not changed here: the plan belongs to the call."""
+    install(model)
+    with fixed_rows(RowPlan(rows, head_rows, model.get_output_embeddings())):
+        yield
+

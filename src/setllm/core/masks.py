@@ -20,8 +20,9 @@ The Set-LLM mask for ``Q {a1 a2, b1} A`` plus a one-token response ``R``
     R    ■  ■  ■  ■ ■  ■
 
 ``prefix`` is the same without the two ⬚ blocks between elements; ``causal`` is the lower
-triangle; ``sbp`` (Set-Based Prompting) is the lower triangle without the ⬚ blocks between
-elements (:func:`sbp_mask`).
+triangle; ``sbp`` is the lower triangle without the ⬚ blocks between
+elements (Set-Based Prompting, McIlroy-Young et al. 2024). Each kind is defined once, in
+:data:`MASK_KINDS`.
 """
 
 from __future__ import annotations
@@ -115,12 +116,6 @@ def set_mask(layout: TokenLayout) -> MaskFn:
     return fn
 
 
-def sbp_mask(layout: TokenLayout) -> MaskFn:
-    """Set-Based Prompting (McIlroy-Young et al. 2024): causal, but tokens of different
-    elements of the same set do not see each other; text after the set sees every element."""
-    return and_masks(causal_mask, set_mask(layout))
-
-
 def padding_mask(layout: TokenLayout) -> MaskFn:
     """Padding is never attended to, and attends to nothing but itself: no softmax row is
     empty (an all-masked row gives NaN in some kernels, and NaN would leak through the cache
@@ -139,18 +134,32 @@ def window_mask(layout: TokenLayout, window: int | torch.Tensor) -> MaskFn:
     return lambda b, h, q, kv: (layout.positions[b, q] - layout.positions[b, kv]).abs() < window
 
 
+# Each mask kind, defined once, by the two parts it adds to the causal triangle: whether the
+# prompt is read both ways (every token sees every prompt token) and whether elements of a
+# set are kept apart. :func:`variant_mask` composes the parts a kind has; flex attention folds
+# the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`).
+MASK_KINDS: dict[MaskKind, tuple[bool, bool]] = {  # kind: (bidirectional prompt, sets apart)
+    "causal": (False, False),
+    "prefix": (True, False),
+    "setmask": (True, True),
+    "sbp": (False, True),
+}
+
+
+def kind_parts(kind: MaskKind) -> tuple[bool, bool]:
+    """``(bidirectional prompt, sets apart)`` of a mask kind (see :data:`MASK_KINDS`)."""
+    try:
+        return MASK_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown mask kind {kind!r}") from None
+
+
 def variant_mask(kind: MaskKind, layout: TokenLayout, window: int | None = None) -> MaskFn:
     """The full mask predicate of a variant's mask kind, within a sliding ``window`` if given."""
-    if kind == "causal":
-        visible = causal_mask
-    elif kind == "prefix":
-        visible = or_masks(causal_mask, prefix_mask(layout))
-    elif kind == "setmask":
-        visible = and_masks(or_masks(causal_mask, prefix_mask(layout)), set_mask(layout))
-    elif kind == "sbp":
-        visible = sbp_mask(layout)
-    else:
-        raise ValueError(f"unknown mask kind {kind!r}")
+    bidirectional, sets = kind_parts(kind)
+    visible = or_masks(causal_mask, prefix_mask(layout)) if bidirectional else causal_mask
+    if sets:
+        visible = and_masks(visible, set_mask(layout))
     if window is not None:
         visible = and_masks(visible, window_mask(layout, window))
     return and_masks(visible, padding_mask(layout))
@@ -172,20 +181,12 @@ def render_additive(fn: MaskFn, batch, q_len, kv_len, q_offset=0, device=None, d
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def render_block_mask(fn: MaskFn, batch, q_len, kv_len, q_offset=0, device=None):
-    """Flex attention BlockMask: the mask stays a predicate; only touched blocks are kept."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    shifted = (lambda b, h, q, kv: fn(b, h, q + q_offset, kv)) if q_offset else fn
-    return create_block_mask(shifted, batch, None, q_len, kv_len, device=device or "cpu")
-
-
 def render(fn: MaskFn, backend: str, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None, dtype=torch.float32):
-    """Render a predicate for an attention implementation (``sdpa``, ``eager``, ``flex_attention``)."""
+    """Render a predicate for a dense attention implementation (``sdpa``, ``eager``). Flex
+    attention takes its masks from :mod:`setllm.core.flex`, whose one compiled predicate
+    reads the kind folded into the layout."""
     if backend == "sdpa":
         return render_bool(fn, batch, q_len, kv_len, q_offset, device)
     if backend == "eager":
         return render_additive(fn, batch, q_len, kv_len, q_offset, device, dtype)
-    if backend == "flex_attention":
-        return render_block_mask(fn, batch, q_len, kv_len, q_offset, device)
-    raise InputError(f"attention implementation {backend!r} is not supported; use sdpa, eager or flex_attention")
+    raise InputError(f"attention implementation {backend!r} renders no dense mask; use sdpa or eager")

@@ -1,7 +1,11 @@
-"""One forward pass of a Hugging Face causal LM under a variant's mask and positions.
+"""One forward pass of a Hugging Face causal LM under a variant's mask and positions: the
+mask rendered per layer type, and which attention implementation the forward runs (flex for
+a long prompt under ``attn="auto"``, sdpa for steps on a flex prefill).
 
 Everything goes through the model's public ``forward``: a prepared 4D mask (or flex
 BlockMask) and explicit ``position_ids``. Transformers uses a 4D mask exactly as given.
+The rules around a forward live beside it: the fit rule in :mod:`setllm.core.fit`, the KV
+cache in :mod:`setllm.core.kvcache`, the fixed-row linears in :mod:`setllm.core.install`.
 
 Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 """
@@ -9,119 +13,15 @@ Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import cache as _once
 
 import torch
 
-from ..errors import InputError
 from . import install
-from .families import SUPPORTED_MODEL_TYPES, default_attention
+from .families import default_attention
+from .fit import check_length, layer_windows
+from .kvcache import cache_kwarg
 from .masks import TokenLayout, render, variant_mask
-from .prompt import PromptTooLong
-from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant, attention_problem  # noqa: F401  (re-exported)
-
-
-class UnsupportedModelError(InputError):
-    """The model cannot run set prompts (or has not been verified to)."""
-
-
-def check_model(model, allow_untested: bool = False) -> None:
-    """Refuse models whose attention cannot take our masks and positions."""
-    config = model.config
-    model_type = getattr(config, "model_type", "?")
-    if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModelError(f"{model_type} is an encoder-decoder model; setllm needs a decoder-only LLM")
-    if model_type not in SUPPORTED_MODEL_TYPES and not allow_untested:
-        raise UnsupportedModelError(
-            f"model type {model_type!r} has not been verified to honour custom masks and positions "
-            f"(verified: {', '.join(SUPPORTED_MODEL_TYPES)}); pass allow_untested=True / --allow-untested to try it"
-        )
-    problem = attention_problem(install.own_attention(config))
-    if problem:
-        raise UnsupportedModelError(f"{problem} (load the model with attn_implementation=...)")
-
-
-def sliding_window(config) -> int | None:
-    """The window of the model's sliding-attention layers, or None if all layers attend fully."""
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and "sliding_attention" not in layer_types:
-        return None
-    if getattr(config, "use_sliding_window", True) is False:
-        return None
-    return int(window)
-
-
-def layer_windows(config) -> dict[str, int | None]:
-    """Each attention layer type's window (None: full attention). One entry when every layer
-    is alike (Mistral and Phi-3 slide in every layer and name no types); Gemma 2/3 and Qwen
-    with sliding layers have two, and take a mask per type as a dict keyed by these names."""
-    window = sliding_window(config)
-    types = getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"]
-    return {t: window if t == "sliding_attention" else None for t in dict.fromkeys(types)}
-
-
-def check_fits(config, tokens: int, end: int, scheme: str, response: int = 0, what: str = "response") -> None:
-    """The fit rule, the one every surface applies (the codec, the scoring driver, decoding,
-    the server, the CLI's checks of a file's rows): a prompt of ``tokens`` tokens whose
-    response starts at position ``end`` (:meth:`setllm.core.encoding.EncodedPrompt.positions`),
-    plus ``response`` tokens of response (at least one: the first is read from the prompt's
-    last token), fits the context, counted in positions (see :func:`check_length`). Under NoPE
-    the response stays at position 0 with the prompt; under SBP the text after a set resumes
-    after its longest element: there the tokens outrun the positions, and only the positions
-    count. Raises :class:`PromptTooLong` naming ``what`` the response is."""
-    steps = 1 if scheme == "nope" else max(response, 1)
-    at = "" if end == tokens else f" at positions up to {max(end - 1, 0)}"
-    alone = _too_long(config, tokens + 1, end + 1)  # the prompt leaves no room for a response
-    if alone or not response:
-        if alone:
-            raise PromptTooLong(f"prompt is {tokens} tokens{at}, {alone}")
-        return
-    problem = _too_long(config, tokens + response, end + steps)
-    if problem:
-        raise PromptTooLong(f"prompt ({tokens} tokens{at}) + {what} ({response}) is {problem}")
-
-
-def check_length(config, length: int, positions: int | None = None) -> None:
-    """``length`` tokens whose position ids stay below ``positions`` (default: ``length``):
-    the guard of every forward (a prompt and its response are checked before, by
-    :func:`check_fits`).
-
-    The context counts positions: in every supported family the context is what the
-    positions were trained on (RoPE's range, gpt2's table of ``n_positions`` embeddings).
-    Under SetPE the text after a set resumes at the set's start + its tokens, so the two
-    counts differ only where positions stop growing with tokens: NoPE (all 0), SBP (after a
-    set, its start + its longest element) and a prompt that ends inside a set. Sliding
-    windows are no limit in the supported families: the masks apply them in positions
-    (:func:`setllm.core.masks.window_mask`). A model of another family (``allow_untested``)
-    may not take a mask per layer type, so there a window still bounds the tokens, as it
-    bounded every model before set-aware windows.
-    """
-    used = length if positions is None else positions
-    problem = _too_long(config, length, used)
-    if problem:
-        at = "" if used == length else f" at positions up to {used - 1}"
-        raise PromptTooLong(f"sequence of {length} tokens{at} is {problem}")
-
-
-def _too_long(config, tokens: int, positions: int) -> str | None:
-    """Why ``tokens`` tokens at positions below ``positions`` do not fit ``config``'s model
-    ("longer than ..."), or None."""
-    window = sliding_window(config)
-    if window is not None and tokens > window and getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-        return (f"longer than the model's sliding attention window ({window}), "
-                f"and setllm applies set-aware windows only in the families it verified ({', '.join(SUPPORTED_MODEL_TYPES)})")
-    limit = context_length(config)
-    if limit is not None and positions > limit:
-        return f"longer than the model's context ({limit} tokens)"
-    return None
-
-
-def context_length(config) -> int | None:
-    """Most tokens the model takes (gpt2 names it ``n_positions``)."""
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
 
 
 def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int, impl: str | None = None):
@@ -204,38 +104,6 @@ def _step_mask(model, layout: TokenLayout, impl: str):
                                                         model.dtype))
 
 
-@contextmanager
-def fixed_row_linears(model, rows: int, head_rows: int):
-    """Inside (this thread only), every linear layer of ``model`` (``nn.Linear``; gpt2's
-    ``Conv1D``) multiplies its input as blocks of exactly ``rows`` rows, the output head as
-    blocks of ``head_rows`` (:func:`setllm.core.install.blocked_linear`), so a row's result
-    depends on the row alone, never on how many rows share the forward (see
-    :mod:`setllm.core.scoring`). The head gets smaller blocks because it is read for one row
-    per prompt and is the widest layer (a 49k-word vocabulary times 64 rows would cost more
-    than the row it serves). The layers were installed once (:func:`setllm.core.install.install`);
-    the model is not changed here: the plan belongs to the call."""
-    install.install(model)
-    with install.fixed_rows(install.RowPlan(rows, head_rows, model.get_output_embeddings())):
-        yield
-
-
-def output_cache(out):
-    """The KV cache a forward returned (``cache`` from transformers 5.24, ``past_key_values`` before)."""
-    return out.cache if "cache" in out else out.past_key_values
-
-
-@_once
-def cache_kwarg() -> str:
-    # transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns on the old name;
-    # asking by version keeps every supported release quiet.
-    import transformers
-    from packaging.version import Version
-
-    return "cache" if Version(transformers.__version__) >= Version("5.24.0.dev0") else "past_key_values"
-
-
-
-
 def use_auto_attention(model) -> None:
     """Mark a model loaded with sdpa as ``attn="auto"`` (see :data:`LONG_PROMPT_TOKENS`)."""
     model._setllm_auto_attention = True
@@ -308,31 +176,7 @@ def _static_flex_shapes(impl: str, device):
         yield
 
 
-def new_cache():
-    # No config: a config-built cache keeps only window-1 tokens for sliding-window models.
-    from transformers import DynamicCache
-
-    return DynamicCache()
 
 
-def truncate_cache(cache, n: int) -> None:
-    """Keep the first ``n`` tokens of every layer of ``cache`` (``crop``'s argument changed
-    meaning across transformers releases)."""
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
 
 
-def weights_fingerprint(model, stride: int = 4099) -> str:
-    """A short hash of a model's weights: names, shapes, and every ``stride``-th value of each
-    tensor (a retrained adapter, merged in, moves nearly every value of the matrices it
-    touches, so a sample is enough, and hashing stays fast for large models)."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256()
-    with torch.no_grad():
-        for name, p in model.state_dict().items():
-            h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
-            h.update(p.detach().reshape(-1)[::stride].float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]

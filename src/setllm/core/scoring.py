@@ -54,21 +54,14 @@ import torch
 
 from ..errors import InputError
 from . import graphs, install, packed_attention
-from .batch import Batch, collate, continuation_layout, padded_layout, response_steps
+from .batch import Batch, padded_layout
 from .encoding import NOT_IN_SET, EncodedPrompt
+from .fit import check_fits, sliding_window
 from .flex import padded_length
+from .install import fixed_row_linears
+from .kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
 from .masks import TokenLayout
-from .runtime import (
-    cache_kwarg,
-    check_fits,
-    fixed_row_linears,
-    forward,
-    new_cache,
-    output_cache,
-    sliding_window,
-    truncate_cache,
-    uses_flex,
-)
+from .runtime import forward, uses_flex
 from .variants import Variant
 
 
@@ -95,7 +88,7 @@ class OptionScore:
 # each too small to fill an H100), so 512 there. Another device type takes the CPU's.
 MATMUL_ROWS = 64
 DEVICE_MATMUL_ROWS = {"cpu": MATMUL_ROWS, "cuda": 512}
-HEAD_ROWS = 16  # the output head's blocks (see runtime.fixed_row_linears)
+HEAD_ROWS = 16  # the output head's blocks (see install.fixed_row_linears)
 # A wide head (Gemma 3: 262k words x 640, 670 MB in fp32) is read from memory once per
 # block: the option forwards, which read every token's logits, take it in blocks of 64 rows
 # (measured here: 720 rows through Gemma 3's head, 16-row blocks 11.5 s, 64-row 6.6 s). The
@@ -224,7 +217,7 @@ def row_plan(model) -> install.RowPlan:
 
 def fixed_rows(model):
     """Inside, the model's linear layers multiply in :func:`row_plan`'s blocks
-    (:func:`setllm.core.runtime.fixed_row_linears`)."""
+    (:func:`setllm.core.install.fixed_row_linears`)."""
     plan = row_plan(model)
     return fixed_row_linears(model, plan.rows, plan.head_rows)
 
@@ -278,11 +271,12 @@ def _sum_rows(flat, keys, next_logprobs, rest) -> dict:
     return out
 
 
-def _packed_prefill(model, packed: _Prompts, rows):
+def _packed_prefill(model, packed: _Prompts, rows, keep_dists: bool = False):
     """One forward of the packed prompts and, after them, option rows ``rows`` (their tokens
     1..): the KV cache of the prompts (then the rows' and padding keys, which the caller cuts
     before the cache serves another forward), each prompt's next-token log-probs ``[B, V]``,
-    and each row's ``(log-probs, argmax hits)``. Each row reads its prompt's keys from the
+    and each row's ``(log-probs, argmax hits)`` (``keep_dists``: and, fourth, the rows'
+    log-probs ``[sum(n - 1), V]`` themselves). Each row reads its prompt's keys from the
     same forward, the very values a cache of the prompt would hold: the bits of a prefill
     and a forward of the rows on its cache, in one forward."""
     ids = [t for e in packed.encs for t in e.input_ids]
@@ -293,7 +287,8 @@ def _packed_prefill(model, packed: _Prompts, rows):
     plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
     out = packed_forward(model, plan, ids + r_ids, pos + r_pos, new_cache(), keep + r_keep)
     logp = out.logits[0].float().log_softmax(-1)
-    return output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
+    result = output_cache(out), logp[: len(keep)], _row_scores(logp[len(keep) :], rows)
+    return (*result, logp[len(keep) :]) if keep_dists else result
 
 
 def _option_rows(packed: _Prompts, rows, base: int):
@@ -413,14 +408,6 @@ def prefill(model, variant: Variant, batch: Batch):
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
-def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
-    """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
-    causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
-    positions = batch.next_positions[rows][:, None] + response_steps(variant.positions, ids.shape[1])
-    layout = batch.layout.index_select(rows).cat(continuation_layout(valid, positions))
-    return forward(model, variant, ids, positions, layout, cache=cache)
-
-
 @dataclass(frozen=True)
 class TokenDetail:
     """One response token: its log-prob and the ``top`` likeliest tokens in its place."""
@@ -431,20 +418,25 @@ class TokenDetail:
 
 
 @torch.no_grad()
-def token_details(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, response: Sequence[int], top: int = 0) -> list[TokenDetail]:
-    """Each token of ``response`` read as the response to ``prompt`` (as options are scored),
-    with its log-prob and the ``top`` likeliest tokens at its place (OpenAI's ``logprobs``)."""
-    if not response:
-        return []
-    batch = collate([prompt], variant.positions, pad_id)
-    cache, next_logprobs = prefill(model, variant, batch)
-    dists = [next_logprobs[0].cpu()]
-    if len(response) > 1:
-        ids = torch.tensor([list(response)])
-        out = _continue(model, variant, batch, cache, torch.zeros(1, dtype=torch.long), ids, torch.ones_like(ids, dtype=torch.bool))
-        dists += list(out.logits[0, :-1].float().log_softmax(-1).cpu())
+def response_logprobs(model, variant: Variant, pad_id: int, prompt: EncodedPrompt, response: Sequence[int]) -> torch.Tensor:
+    """The log-probs ``[len(response), V]`` at each token of ``response`` read as the response
+    to ``prompt``, exactly as an option is scored (OpenAI's ``echo`` and ``logprobs``): the
+    prompt and the response as one option row in one packed forward of fixed row blocks
+    (:func:`_packed_prefill`), so each token gets the very bits :func:`score_requests` sums
+    for that option, alone or in any batch."""
+    packed = _Prompts(model, variant, pad_id, [prompt])
+    check_fits(model.config, len(prompt), packed.next_positions[0], variant.positions, len(response), "response")
+    rows = [(0, list(response))] if len(response) > 1 else []
+    _, next_logprobs, _, dists = _packed_prefill(model, packed, rows, keep_dists=True)
+    return torch.cat([next_logprobs[:1], dists])
+
+
+def token_details(response: Sequence[int], dists: torch.Tensor, top: int = 0) -> list[TokenDetail]:
+    """Each token of ``response`` with its log-prob off ``dists [len(response), V]``
+    (:func:`response_logprobs`, or the document cache's reading of the same row) and the
+    ``top`` likeliest tokens at its place."""
     details = []
-    for token, dist in zip(response, dists):
+    for token, dist in zip(response, dists.cpu()):
         values, index = dist.topk(top) if top else (torch.tensor([]), torch.tensor([], dtype=torch.long))
         details.append(TokenDetail(int(token), float(dist[token]), list(zip(index.tolist(), values.tolist()))))
     return details

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.runtime import weights_fingerprint
+from ..core.fingerprint import weights_fingerprint
 from ..core.scoring import OptionScore
 from ..errors import InputError, SetLLMError
 from ..io import rundir

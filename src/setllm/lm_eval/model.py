@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 from ..api import SCORING_WINDOW, SetLLM
 from ..core import generation, scoring
 from ..core.encoding import EncodedPrompt
+from ..core.fit import context_length
 from ..core.prompt import parse_markup
-from ..core.runtime import context_length
 from ..errors import InputError, OptionError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..loading.shipped import ADAPTERS_DIR

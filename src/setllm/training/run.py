@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.codec import Codec
-from ..core.runtime import check_length, check_model
+from ..core.families import check_model
+from ..core.fit import check_length
 from ..core.variants import get_variant
 from ..errors import InputError, SetLLMWarning
 from ..io import rundir
