@@ -6,7 +6,6 @@ router's decisions; SIGTERM drains as the single server does. About 45 s, most o
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 pytest.importorskip("ray.serve")
 
 from fastapi.testclient import TestClient  # noqa: E402
+from server_process import listening_url  # noqa: E402
 
 from setllm.serve.ray.ingress import REPLICA_HEADER, stat_total  # noqa: E402
 
@@ -50,16 +50,8 @@ def ray_server(model_dir, adapter):
            "PYTHONPATH": os.pathsep.join([SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
     proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0", "--replicas", "2", *flags(model_dir, adapter)],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    lines, deadline = [], time.monotonic() + START_S
     try:
-        while time.monotonic() < deadline and not any("Ctrl-C stops" in line for line in lines):
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-        port = re.search(r"listening on http://127\.0\.0\.1:(\d+)", "".join(lines))
-        assert port, "".join(lines)
-        yield proc, f"http://127.0.0.1:{port.group(1)}"
+        yield proc, listening_url(proc, time.monotonic() + START_S)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -18,7 +18,7 @@ from ..errors import ModelLoadError, SetLLMWarning
 from .checks import check_safetensors, first_problem
 from .hub import looks_local
 from .quiet import quiet_loading
-from .sources import DEFAULT_MODEL, PUBLIC_IDS, packaged_targets
+from .sources import DEFAULT_MODEL, PUBLIC_IDS, file_hash, packaged_targets
 
 METADATA_FILE = "setllm.json"
 
@@ -179,7 +179,7 @@ def same_weights(recorded: str, loaded: str) -> bool:
     files = [_weights_files(a), _weights_files(b)]
     if not files[0] or [(f.name, f.stat().st_size) for f in files[0]] != [(f.name, f.stat().st_size) for f in files[1]]:
         return False
-    return all(_sha256(x) == _sha256(y) for x, y in zip(*files))
+    return all(file_hash(x) == file_hash(y) for x, y in zip(*files))
 
 
 def _local_folder(name: str) -> Path | None:
@@ -191,16 +191,6 @@ def _local_folder(name: str) -> Path | None:
 
 def _weights_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: bool = False,
