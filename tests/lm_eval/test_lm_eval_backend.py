@@ -206,7 +206,7 @@ def test_bad_model_args_are_one_line_errors_on_the_command_line(capsys):
     assert main(["--model", "setllm", "--model_args", "colour=red", "--tasks", "setllm_test_plain", "--include_path", str(FIXTURES)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("error: unknown --model_args key 'colour' for --model setllm; known: "
-                       "model, adapter, variant, attn, device, dtype, exact, batch_size, threads, allow_untested, allow_pickle, "
+                       "model, adapter, variant, attn, device, dtype, exact, batch_size, threads, allow_untested, allow_pickle, cuda_graphs, "
                        "allow_base_mismatch, eos, markup")
 
 

@@ -35,7 +35,12 @@ class _Forwarder:
     syncs gradients)."""
 
     def __init__(self, wrapped, inner):
-        self._wrapped, self.config, self.device, self.dtype = wrapped, inner.config, inner.device, inner.dtype
+        self._wrapped, self._inner, self.config, self.device, self.dtype = wrapped, inner, inner.config, inner.device, inner.dtype
+
+    def get_base_model(self):
+        """The transformers model inside, where setllm's layers are installed (:func:`setllm.core.install.install`)."""
+        inner = self._inner
+        return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
     def __call__(self, **kwargs):
         return self._wrapped(**kwargs)
