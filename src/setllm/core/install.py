@@ -159,8 +159,10 @@ def _planned_forward(layer, x):
 
 
 # Device types whose batched product computes each block by its own product of the block's
-# shape (measured on the CPU, fp32, 1 and 2 threads: every block of 1 to 40 bit-identical to
-# the block alone). Elsewhere each block is a product of its own, as the guarantee needs: a
+# shape (measured on the CPU, fp32, 1 and 2 threads: every block of a batch of 2 to 40
+# bit-identical; a batch of ONE block is not, at 2 threads and 1,536 inputs, the embedded
+# model's down_proj: the library then splits the one product's sum over the threads, so
+# batched_product never runs a batch of one). Elsewhere each block is a product of its own, as the guarantee needs: a
 # GPU's batched GEMM may pick its kernel (split-K) by the batch count, so it joins this set
 # only where benchmarks/gpu_check.py (``batched_blocks``) shows the bits hold.
 BATCHED_BLOCKS = {"cpu"}
@@ -184,10 +186,17 @@ def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
 
 
 def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
-    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``."""
+    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``. A lone
+    block is read as a batch of two (the same block twice, a view), since the CPU's batched
+    product of one block may split its sum over threads where a batch of several gives each
+    block one thread: so a block's bits do not depend on how many blocks its forward has."""
+    lone = blocks.shape[0] == 1
+    if lone:
+        blocks = blocks.expand(2, -1, -1)
     weight = _weight(layer)
     weight = weight.expand(blocks.shape[0], *weight.shape)
-    return torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+    out = torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+    return out[:1] if lone else out
 
 
 def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
