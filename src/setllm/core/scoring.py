@@ -18,10 +18,11 @@ differences when rows move). So:
   rows, one size per device type, and every linear layer multiplies a view of it as
   ``[blocks, rows, width]`` in one batched product (the output head: blocks of
   ``HEAD_ROWS``; :func:`setllm.core.install.blocked_linear`), whatever the batch. A batched
-  product of fp32 on the CPU computes each block by its own product of that one shape
-  (measured here, at 1 and 2 threads: every block of 1 to 40 bit-identical to the block
-  multiplied alone, and to ``mm`` of the block): a block's rows get the bits of the same
-  block alone;
+  product of fp32 on the CPU computes each block of a batch of several by its own product of
+  that one shape (measured here, at 1 and 2 threads: every block of batches of 2 to 40
+  bit-identical); a batch of one block is not (at 2 threads, 1,536 inputs, the library splits
+  the one product's sum over the threads), so a lone block is multiplied as a batch of two:
+  a block's rows get the bits of the same block in any forward;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
