@@ -185,15 +185,19 @@ documents_sbp() {
   for st in stage1 stage2 stage3 stage4; do RUNS=$docs VARIANTS=sbp research/documents.sh "$st"; done
   for s in 0 1; do
     documents documents-stage4-sbp "$docs/stage4/sbp" sbp "$s"
-    documents shipped auto setmask-setpe "$s"
-    documents untrained-sbp none sbp "$s"
+    sbp_references "$s"
   done
 }
 
+sbp_references() {  # sbp_references SEED: what an sbp documents adapter is read beside (the shipped reading, untrained sbp)
+  documents shipped auto setmask-setpe "$1"
+  documents untrained-sbp none sbp "$1"
+}
+
 # The cacheable reading from the shipped documents adapter instead of from the base model: the
-# shipped adapter read under sbp unchanged (its documents no longer see each other's earlier
-# tokens, nor the question), then SBP_STEPS more steps under sbp on the stage-4 rows it was
-# last trained on, at the stage's learning rate. Same held-out rows and readings as documents-sbp.
+# shipped adapter read under sbp unchanged (its documents no longer see the question after
+# them, nor each other), then 50 more steps under sbp on the stage-4 rows it was last trained
+# on, at half the stage's learning rate (1e-3). Same held-out rows and readings as documents-sbp.
 documents_sbp_shipped() {
   data
   local s docs=${DOCS_RUNS:-runs/documents} shipped=src/setllm/adapters/smollm2-135m-documents
@@ -202,8 +206,7 @@ documents_sbp_shipped() {
   sbp_from_shipped sbp-from-shipped "$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" 1e-3 --limit 200
   for s in 0 1; do
     documents sbp-from-shipped "$RUNS/adapters/sbp-from-shipped" sbp "$s"
-    documents shipped auto setmask-setpe "$s"
-    documents untrained-sbp none sbp "$s"
+    sbp_references "$s"
   done
 }
 
