@@ -38,6 +38,9 @@
 #                                             reading and untrained sbp (general_table.py --paired sbp-from-shipped,shipped)
 #   research/general_adapter.sh documents-sbp-mixed
 #                                             the same from the shipped adapter on stage three's and four's rows together
+#   research/general_adapter.sh documents-sbp-wide
+#                                             the same with rows in 12 more training phrasings (train-more), also on
+#                                             a second held-out list (held-out-2) beside the shipped reading
 #   research/general_adapter.sh documents-sbp
 #                                             documents.sh stages 1-4 under sbp (the cacheable reading), then it,
 #                                             the untrained sbp reading and the shipped documents adapter on the
@@ -126,9 +129,10 @@ evaluate() {  # evaluate NAME ADAPTER VARIANT
   done
 }
 
-documents() {  # documents NAME ADAPTER VARIANT SEED: key-value rows in the held-out phrasings, gold first / middle / last
-  local out=$RUNS/eval/$1/kv8-held-out-s$4
-  [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-held-out-s$4.jsonl" \
+documents() {  # documents NAME ADAPTER VARIANT SEED [PHRASINGS]: key-value rows in held-out phrasings (held-out), gold first / middle / last
+  local rows=kv8-${5:-held-out}-s$4
+  local out=$RUNS/eval/$1/$rows
+  [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/$rows.jsonl" \
     --adapter "$2" --variant "$3" --gold-positions 0,4,-1 ${MODEL:+--model "$MODEL"} --out "$out" --no_progress
 }
 
@@ -220,6 +224,33 @@ documents_sbp_mixed() {
     "$docs/data/kv10-train-c.jsonl,$docs/data/kv20-train-c.jsonl,$docs/data/qa10-train-c.jsonl,$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl" \
     2e-3 --limit 160
   for s in 0 1; do documents sbp-from-shipped-mixed "$RUNS/adapters/sbp-from-shipped-mixed" sbp "$s"; done
+}
+
+# The same start and rows with key-value rows in 12 more training phrasings (`setllm data
+# kv-phrased --phrasings train-more`, written after the misses above), on the held-out phrasings
+# and on a second held-out list written with them (held-out-2, in no training mix), beside the
+# shipped reading and untrained sbp on both.
+documents_sbp_wide() {
+  data
+  local s k docs=${DOCS_RUNS:-runs/documents}
+  RUNS=$docs research/documents.sh data
+  for k in 4 8; do
+    [ -s "$docs/data/kv$k-more-train.jsonl" ] || run setllm data kv-phrased --phrasings train-more --docs $k --n 200 \
+      --seed $((30 + k)) --out "$docs/data/kv$k-more-train.jsonl"
+  done
+  for s in 0 1; do
+    [ -s "$D/kv8-held-out-2-s$s.jsonl" ] || run setllm data kv-phrased --phrasings held-out-2 --docs 8 --n "$N_DOCS" \
+      --seed $((2000 + s)) --out "$D/kv8-held-out-2-s$s.jsonl"
+  done
+  sbp_from_shipped sbp-from-shipped-wide \
+    "$docs/data/kv10-train-c.jsonl,$docs/data/kv20-train-c.jsonl,$docs/data/qa10-train-c.jsonl,$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl,$docs/data/kv4-more-train.jsonl,$docs/data/kv8-more-train.jsonl" \
+    2e-3 --limit 160
+  for s in 0 1; do documents sbp-from-shipped-wide "$RUNS/adapters/sbp-from-shipped-wide" sbp "$s"; done
+  for s in 0 1; do
+    documents sbp-from-shipped-wide "$RUNS/adapters/sbp-from-shipped-wide" sbp "$s" held-out-2
+    documents shipped auto setmask-setpe "$s" held-out-2
+    documents untrained-sbp none sbp "$s" held-out-2
+  done
 }
 
 sbp_from_shipped() {  # sbp_from_shipped NAME SPECS LR [extra]: train NAME under sbp from the shipped documents adapter
@@ -322,9 +353,10 @@ case "${1:-}" in
   documents-sbp) documents_sbp ;;
   documents-sbp-shipped) documents_sbp_shipped ;;
   documents-sbp-mixed) documents_sbp_mixed ;;
+  documents-sbp-wide) documents_sbp_wide ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
   judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|documents-sbp-mixed|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|documents-sbp-mixed|documents-sbp-wide|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac

@@ -10,8 +10,10 @@ import pytest
 
 from setllm.generators.phrasings import (
     HELD_OUT,
+    HELD_OUT_2,
     KEY_KINDS,
     TRAIN,
+    TRAIN_MORE,
     VALUE_KINDS,
     kv_phrased,
 )
@@ -26,14 +28,18 @@ def content_words(template: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Za-z]+", template.replace("{key}", "").replace("{value}", "")) if len(w) > 3}
 
 
-def test_held_out_phrasings_share_no_wording_with_training_ones():
-    train_words = set().union(*(content_words(p.document) | content_words(p.question) for p in TRAIN))
-    for p in HELD_OUT:
+@pytest.mark.parametrize("held_out", [HELD_OUT, HELD_OUT_2])
+def test_held_out_phrasings_share_no_wording_with_training_ones(held_out):
+    training = TRAIN + TRAIN_MORE
+    train_words = set().union(*(content_words(p.document) | content_words(p.question) for p in training))
+    for p in held_out:
         assert not (content_words(p.document) & train_words), p.name
-    assert not {p.name for p in TRAIN} & {p.name for p in HELD_OUT}
+    names = [p.name for p in TRAIN + TRAIN_MORE + HELD_OUT + HELD_OUT_2]
+    assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize("which,phrasings", [("train", TRAIN), ("held-out", HELD_OUT)])
+@pytest.mark.parametrize("which,phrasings", [("train", TRAIN), ("train-more", TRAIN_MORE), ("held-out", HELD_OUT),
+                                             ("held-out-2", HELD_OUT_2)])
 def test_rows_cover_every_phrasing_and_kind_and_are_valid(which, phrasings):
     rows = kv_phrased(which, docs=6, n=200, seed=3)
     assert rows == kv_phrased(which, docs=6, n=200, seed=3)  # seeded
@@ -53,7 +59,7 @@ def test_rows_cover_every_phrasing_and_kind_and_are_valid(which, phrasings):
 
 
 def test_bad_requests_are_one_line():
-    with pytest.raises(DataError, match="unknown phrasings 'mixed'; choose one of: train, held-out"):
+    with pytest.raises(DataError, match="unknown phrasings 'mixed'; choose one of: train, train-more, held-out, held-out-2"):
         kv_phrased("mixed")
     with pytest.raises(DataError, match="cannot draw 40 distinct values of this kind; use fewer documents"):
         kv_phrased("train", docs=40, n=50)

@@ -49,7 +49,34 @@ HELD_OUT: tuple[Phrasing, ...] = (
     Phrasing("ticket", "Ticket {key} belongs to seat {value}.", "Which seat does ticket {key} belong to?"),
 )
 
-PHRASINGS = {"train": TRAIN, "held-out": HELD_OUT}
+# More training phrasings, written after a reading without the question in view (`sbp`) was seen
+# copying the word before the value on held-out ones ("seat 684"): a noun before the value, the
+# value first, markup. They share no content word with HELD_OUT (tested), so HELD_OUT stays unseen.
+TRAIN_MORE: tuple[Phrasing, ...] = (
+    Phrasing("shelf", "Parcel {key} goes to shelf {value}.", "Which shelf does parcel {key} go to?"),
+    Phrasing("room", "Guest {key} stays in room {value}.", "Which room does guest {key} stay in?"),
+    Phrasing("phone", "The phone number of {key} is {value}.", "What is the phone number of {key}?"),
+    Phrasing("owner", "{value} owns {key}.", "Who owns {key}?"),
+    Phrasing("platform", "Train {key} leaves from platform {value}.", "From which platform does train {key} leave?"),
+    Phrasing("alias", "{key} is also known as {value}.", "What else is {key} known as?"),
+    Phrasing("csv", "{key},{value}", "In these comma-separated rows, what comes after {key}?"),
+    Phrasing("xml", '<entry id="{key}">{value}</entry>', "What is the text of the entry with id {key}?"),
+    Phrasing("pin", "Account {key} uses the PIN {value}.", "Which PIN does account {key} use?"),
+    Phrasing("tuple", "({key}, {value})", "Which value is paired with {key}?"),
+    Phrasing("for", "For {key}, the answer is {value}.", "For {key}, what is the answer?"),
+    Phrasing("stamp", "Envelope {key} bears stamp {value}.", "Which stamp does envelope {key} bear?"),
+)
+
+# A second held-out list, written together with TRAIN_MORE and kept out of every training mix: a
+# measurement on it says whether rows shaped by HELD_OUT's misses read phrasings nobody looked at.
+HELD_OUT_2: tuple[Phrasing, ...] = (
+    Phrasing("gate", "Flight {key} boards at gate {value}.", "At which gate does flight {key} board?"),
+    Phrasing("nickname", "People call {key} by the nickname {value}.", "What nickname do people call {key} by?"),
+    Phrasing("bullet", "* {key} — {value}", "* {key} — ?"),
+    Phrasing("vault", "Inside vault {key} there is {value}.", "What is there inside vault {key}?"),
+)
+
+PHRASINGS = {"train": TRAIN, "train-more": TRAIN_MORE, "held-out": HELD_OUT, "held-out-2": HELD_OUT_2}
 
 _ADJECTIVES = ("amber", "brisk", "calm", "dusty", "eager", "faint", "gentle", "hollow", "icy", "jolly", "keen", "lofty",
                "misty", "noble", "olive", "proud", "quiet", "rusty", "silent", "tidy", "urban", "vivid", "wild", "young")
@@ -97,7 +124,7 @@ class KVPhrasedConfig(GeneratorConfig):
     """``setllm data kv-phrased``: key-value documents in many phrasings (train or held-out)."""
 
     n: int = field(default=300, metadata={"help": "questions to generate", "metavar": "N"})
-    phrasings: str = field(default="train", metadata={"help": "which phrasings: train (for training mixes) or held-out (never trained on)",
+    phrasings: str = field(default="train", metadata={"help": "which phrasings: train, train-more (training mixes); held-out, held-out-2 (never trained on)",
                                                         "choices": list(PHRASINGS)})
     docs: int = field(default=8, metadata={"help": "documents (facts) per question", "metavar": "K"})
 
