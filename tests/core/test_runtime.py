@@ -31,15 +31,18 @@ def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkey
     torch.testing.assert_close(plain, alone, rtol=1e-5, atol=1e-6)  # the same function, other kernels
 
 
-def test_a_lone_block_gets_the_bits_it_gets_among_blocks_on_two_threads():
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("inputs,outputs", [(1536, 576), (576, 1536), (576, 576)])  # the embedded model's widths
+def test_a_lone_block_gets_the_bits_it_gets_among_blocks(threads, inputs, outputs):
     # At 2 threads the CPU's batched product of ONE block with 1,536 inputs (the embedded
     # model's down_proj) splits its sum over the threads; among several blocks each block
-    # gets a thread of its own. blocked_linear must give a block the same bits either way.
+    # gets a thread of its own. blocked_linear must give a block the same bits either way
+    # (on one thread it reads a lone block as it is: the same kernel, checked here).
     torch.manual_seed(0)
-    layer = torch.nn.Linear(1536, 576, bias=False)
-    x = torch.randn(4 * 64, 1536)
+    layer = torch.nn.Linear(inputs, outputs, bias=False)
+    x = torch.randn(4 * 64, inputs)
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     try:
         with torch.no_grad():
             alone = install.blocked_linear(layer, 64, x[:64])

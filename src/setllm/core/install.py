@@ -186,17 +186,29 @@ def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
 
 
 def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
-    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``. A lone
-    block is read as a batch of two (the same block twice, a view), since the CPU's batched
-    product of one block may split its sum over threads where a batch of several gives each
-    block one thread: so a block's bits do not depend on how many blocks its forward has."""
-    lone = blocks.shape[0] == 1
+    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``. On more
+    than one thread a lone block is read as a batch of two (the same block twice, a view),
+    since the CPU's batched product of one block may split its sum over threads where a batch
+    of several gives each block one thread: so a block's bits do not depend on how many blocks
+    its forward has. (On one thread the lone block runs the very kernel each block of a batch
+    does: measured bit-identical for every shape of the embedded model; tested.)"""
+    lone = blocks.shape[0] == 1 and torch.get_num_threads() > 1  # on one thread a lone block is the same kernel
     if lone:
         blocks = blocks.expand(2, -1, -1)
-    weight = _weight(layer)
-    weight = weight.expand(blocks.shape[0], *weight.shape)
+    weight = _batched_weight(layer, blocks.shape[0])
     out = torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
     return out[:1] if lone else out
+
+
+def _batched_weight(layer, n: int) -> torch.Tensor:
+    """``[n, in, out]``: the layer's weight as :func:`_weight` reads it, repeated ``n`` times
+    without a copy (batch stride 0). One ``as_strided`` view instead of a transpose and an
+    expand: the same tensor to the product (sizes and strides alike), one op fewer per layer."""
+    w = layer.weight
+    if torch.is_grad_enabled() and w.requires_grad:  # as_strided's gradient is a slow scatter: the plain views
+        return _weight(layer).expand(n, -1, -1)
+    rows, cols = (1, 0) if _transposed(layer) else (0, 1)
+    return w.as_strided((n, w.shape[rows], w.shape[cols]), (0, w.stride(rows), w.stride(cols)), w.storage_offset())
 
 
 def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
@@ -211,9 +223,14 @@ def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
 
 def _weight(layer) -> torch.Tensor:
     """``[in, out]``: gpt2's ``Conv1D`` stores it so, ``nn.Linear`` transposed."""
+    return layer.weight.t() if _transposed(layer) else layer.weight
+
+
+def _transposed(layer) -> bool:
+    """Whether the layer stores its weight ``[out, in]`` (``nn.Linear``; gpt2's ``Conv1D`` stores ``[in, out]``)."""
     from transformers.pytorch_utils import Conv1D
 
-    return layer.weight if isinstance(layer, Conv1D) else layer.weight.t()
+    return not isinstance(layer, Conv1D)
 
 
 def _padded(x: torch.Tensor, n: int, rows: int) -> torch.Tensor:

@@ -21,8 +21,10 @@ differences when rows move). So:
   product of fp32 on the CPU computes each block of a batch of several by its own product of
   that one shape (measured here, at 1 and 2 threads: every block of batches of 2 to 40
   bit-identical); a batch of one block is not (at 2 threads, 1,536 inputs, the library splits
-  the one product's sum over the threads), so a lone block is multiplied as a batch of two:
-  a block's rows get the bits of the same block in any forward;
+  the one product's sum over the threads), so on more than one thread a forward of one block
+  gets a second, of padding (:func:`packed_forward`; on one thread a lone block runs the
+  kernel every block of a batch runs): a block's rows get the bits of the same block in any
+  forward;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
@@ -54,7 +56,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from . import graphs, install, packed_attention
+from . import element_blocks, graphs, install, packed_attention
 from .batch import Batch, padded_layout
 from .encoding import NOT_IN_SET, EncodedPrompt
 from .fit import check_fits, sliding_window
@@ -176,6 +178,7 @@ class _Prompts:
 
     def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
         self.variant, self.encs, self.window = variant, encs, sliding_window(model.config)
+        self.device_type = model.device.type
         self.starts = [0, *itertools.accumulate(map(len, encs))][:-1]
         self.total = sum(map(len, encs))
         # A long prompt is read on flex attention (its length alone decides), padded to a flex bucket.
@@ -188,6 +191,17 @@ class _Prompts:
         """Prompt ``i``'s packed token indices, left-padded to its bucket."""
         n = len(self.encs[i])
         return [packed_attention.PAD] * (len(self.layouts[i][0]) - n) + list(range(self.starts[i], self.starts[i] + n))
+
+    def prompt_blocks(self, i: int) -> list[packed_attention.AttentionBlock]:
+        """Prompt ``i``'s own attention: one block, or, for a long prompt with a large set on
+        the CPU, one block per element and one for the rest (:mod:`setllm.core.element_blocks`)."""
+        keys = self.keys(i)
+        rest = (OPTION_BUCKET, len(keys) + OPTION_BUCKET)  # the shape of an option row of up to OPTION_BUCKET tokens
+        parts = None if self.flex[i] else element_blocks.split(self.variant.mask, self.layouts[i], keys, PROMPT_BUCKET, self.window,
+                                                               self.device_type, rest)
+        if parts is None:
+            return [self.block(i, keys, keys)]
+        return [packed_attention.dense_block(q, k, self.variant.mask, layout, None) for q, k, layout in parts]
 
     def block(self, i: int, queries: list[int], keys: list[int], response: int = 0, length: int = 0) -> packed_attention.AttentionBlock:
         """Prompt ``i``'s attention block (a ``response`` of that many tokens after it, padded
@@ -282,7 +296,7 @@ def _packed_prefill(model, packed: _Prompts, rows, keep_dists: bool = False):
     and a forward of the rows on its cache, in one forward."""
     ids = [t for e in packed.encs for t in e.input_ids]
     pos = [p for e in packed.encs for p in e.positions(packed.variant.positions)[0]]
-    segs = [packed.block(i, packed.keys(i), packed.keys(i)) for i in range(len(packed.encs))]
+    segs = [b for i in range(len(packed.encs)) for b in packed.prompt_blocks(i)]
     keep = [s + len(e) - 1 for s, e in zip(packed.starts, packed.encs)]
     r_ids, r_pos, r_segs, r_keep, m = _option_rows(packed, rows, packed.total)
     plan = packed_attention.plan(segs + r_segs, packed.total + m, packed.total + m)
@@ -344,7 +358,13 @@ def packed_forward(model, plan, ids, pos, cache, keep):
     with the rows'."""
     device, rows = model.device, row_plan(model)
     k = len(keep)
-    ids, pos, keep = (_padded(x, step) for x, step in ((ids, rows.rows), (pos, rows.rows), (keep, rows.head_rows)))
+    # At least two row blocks where a batched product reads the blocks on several threads: a
+    # lone block would be read as a batch of two at every layer (install.batched_product), two
+    # ops a layer; one padding block here, once, is the same products with no op of its own
+    # (and the same wall time: each thread takes a block). On one thread a lone block is fine.
+    least = 2 * rows.rows if device.type in install.BATCHED_BLOCKS and torch.get_num_threads() > 1 else 0
+    ids, pos = (_padded(x, rows.rows, least) for x in (ids, pos))
+    keep = _padded(keep, rows.head_rows)
     captured = graphs.of(model)
     if captured is not None and cache.get_seq_length() == 0 and packed_attention.capturable(plan):
         return _captured_forward(model, captured, plan, ids, pos, keep, k)
@@ -395,10 +415,12 @@ class _Output:
         return name == "cache"
 
 
-def _padded(x, step: int) -> torch.Tensor:
-    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, as a tensor."""
+def _padded(x, step: int, least: int = 0) -> torch.Tensor:
+    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, and to at
+    least ``least`` entries, as a tensor."""
     values = x.tolist() if isinstance(x, torch.Tensor) else list(x)
-    return torch.tensor(values + [0] * (-len(values) % step), dtype=torch.long)
+    n = max(round_up(len(values), step), least)
+    return torch.tensor(values + [0] * (n - len(values)), dtype=torch.long)
 
 
 @torch.no_grad()
