@@ -246,6 +246,9 @@ documents_sbp_wide() {
     "$docs/data/kv10-train-c.jsonl,$docs/data/kv20-train-c.jsonl,$docs/data/qa10-train-c.jsonl,$docs/data/kv4-phrased-train.jsonl,$docs/data/kv8-phrased-train.jsonl,$docs/data/kv4-more-train.jsonl,$docs/data/kv8-more-train.jsonl" \
     2e-3 --limit 160
   for s in 0 1; do documents sbp-from-shipped-wide "$RUNS/adapters/sbp-from-shipped-wide" sbp "$s"; done
+  # As shipped (`setllm export adapter` in bf16 to src/setllm/adapters/smollm2-135m-documents-sbp):
+  # what `--variant sbp` reads documents with when no adapter is named.
+  for s in 0 1; do documents sbp-shipped auto sbp "$s"; done
   for s in 0 1; do
     documents sbp-from-shipped-wide "$RUNS/adapters/sbp-from-shipped-wide" sbp "$s" held-out-2
     documents shipped auto setmask-setpe "$s" held-out-2

@@ -243,6 +243,22 @@ def test_documents_default_to_the_shipped_documents_adapter():
     assert LoadOptions(variant="causal-pe").adapter_path("documents") is None  # the base model: no adapter
 
 
+def test_documents_under_sbp_default_to_the_adapter_trained_for_sbp():
+    """sbp, the reading whose documents are cached, has a documents adapter of its own; its
+    other kinds of task and canonical still read the base model as it is."""
+    from setllm import LoadOptions
+    from setllm.api import default_adapter
+    from setllm.loading.options import recorded
+
+    sbp = default_adapter("documents", "sbp")
+    assert sbp is not None and sbp.endswith("smollm2-135m-documents-sbp") and sbp != default_adapter("documents")
+    assert recorded(None, sbp).variant == "sbp"  # trained under the reading it is loaded for
+    assert LoadOptions(variant="sbp").adapter_path("documents") == sbp
+    assert LoadOptions(variant="sbp").adapter_path("choose") is None
+    assert LoadOptions(variant="canonical").adapter_path("documents") is None
+    assert LoadOptions(variant="sbp", adapter="none").adapter_path("documents") is None
+
+
 # -- CLI ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sharp_dir(tmp_path_factory, sharp):

@@ -28,8 +28,9 @@ differences when rows move). So:
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
-  :func:`setllm.core.flex.padded_length`), each option right-padded to a multiple of
-  ``OPTION_BUCKET``. A padded slot gathers packed row 0, whatever token that is: as a key
+  :func:`setllm.core.flex.padded_length`; a long prompt with a large set, on the CPU, in
+  blocks per element, :mod:`setllm.core.element_blocks`, whose choice and shapes the prompt
+  alone fixes too), each option right-padded to a multiple of ``OPTION_BUCKET``. A padded slot gathers packed row 0, whatever token that is: as a key
   it is masked (0 / -inf added before the softmax), so its weight is exactly 0 and it adds
   exactly 0 to every real row's sum; as a query, nothing reads its row. The padding after
   the last block's tokens is no block's query or key.

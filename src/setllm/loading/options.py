@@ -99,13 +99,16 @@ class LoadOptions:
     def adapter_path(self, kind: str = "choose") -> str | None:
         """The adapter to load. ``auto``: the one shipped for ``kind`` of task
         (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
-        order-invariant variant that is not training-free (``sbp``, ``canonical`` read the base
-        model as it is); the base model is the model without it."""
+        order-invariant variant; under a training-free one (``sbp``, ``canonical``) only one
+        trained for that reading (``sbp`` documents), else the base model as it is; the base
+        model is the model without it."""
         if self.adapter != "auto":
             return None if self.adapter == "none" else self.adapter
         variant = None if self.variant is None else get_variant(self.variant)
-        if embedded_or(self.model) is not None or (variant is not None and (not variant.invariant or variant.training_free)):
+        if embedded_or(self.model) is not None or (variant is not None and not variant.invariant):
             return None
+        if variant is not None and variant.training_free:
+            return default_adapter(kind, variant.name)
         return default_adapter(kind) or default_adapter("choose")
 
     def sources(self, kind: str = "choose"):
