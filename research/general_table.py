@@ -50,6 +50,7 @@ def rows() -> list[tuple[str, str]]:
     """(label, run folder stem without the seed) in table order."""
     out = [(f"{col}, {fmt}", f"{task}-{template}") for task, col in TASKS.items() for template, fmt in FORMATS.items()]
     docs = [(f"key-value documents ({k}), held-out phrasings", f"kv{k}-held-out") for k in (8, 10, 20)]
+    docs.append(("key-value documents (8), second held-out phrasings", "kv8-held-out-2"))
     return out + docs + [("judge, UltraFeedback test pairs, held-out prompt", "ultrafeedback-pairs-held-out")]
 
 

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from . import verbs
-from .core import generation, scoring
+from .core import doccache, generation, scoring
 from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
 from .errors import InputError
 from .loading import Origin
@@ -80,7 +80,7 @@ class SetLLM(Reader):
         net, tok = load_as(options, model, adapter)
         lm = cls(net, tok, progress=progress, **options.read_as(model, adapter, info))
         if options.adapter_path(DOCUMENTS) != adapter:  # "auto" means another adapter for documents
-            object.__setattr__(lm, "_documents", _DocumentsReading(options, lm.options, progress))
+            object.__setattr__(lm, "_documents", _DocumentsReading(options, lm.options, progress, lm.model))
         return lm
 
     @property
@@ -235,8 +235,8 @@ class _DocumentsReading:
     adapter), once, on the first answer. ``read_as``: the reading of the model as loaded; a
     view read otherwise answers as it is."""
 
-    def __init__(self, options: LoadOptions, read_as: ReadOptions, progress: bool):
-        self.options, self.read_as, self.progress = options, read_as, progress
+    def __init__(self, options: LoadOptions, read_as: ReadOptions, progress: bool, owner=None):
+        self.options, self.read_as, self.progress, self.owner = options, read_as, progress, owner
         self._lm: SetLLM | None = None
         self._lock = threading.Lock()
 
@@ -250,6 +250,8 @@ class _DocumentsReading:
         with self._lock:
             if self._lm is None:
                 self._lm = SetLLM.load(self.options, DOCUMENTS, self.progress)
+                if self.owner is not None:  # documents cached as the owner's were asked to be (under sbp)
+                    doccache.share(self._lm.model, self.owner)
                 say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
                           f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
             return self._lm

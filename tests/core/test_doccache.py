@@ -118,6 +118,22 @@ def test_the_cache_is_on_by_default_under_sbp_and_zero_switches_it_off():
     assert other.document_cache is None  # a reading that cannot use one gets none
 
 
+def test_a_shared_reader_reads_through_its_owners_cache_whatever_it_becomes(tmp_path):
+    """The documents reader loaded beside a model (SetLLM.answer) reads through the cache its
+    owner was given, attached before or after, memory or disk, or switched off."""
+    owner = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    reader = SetLLM(tiny_model("llama", seed=1), tiny_tokenizer(), "sbp")
+    doccache.share(reader.model, owner.model)
+    reader.score(prompt(DOCS[:2]), OPTIONS)
+    assert owner.document_cache is reader.document_cache and owner.document_cache.stats().entries == 3
+    owner.cache_documents(64, directory=tmp_path)
+    reader.score(prompt(DOCS[:2]), OPTIONS)
+    assert reader.document_cache is owner.document_cache and reader.document_cache.disk is not None
+    assert len(list(tmp_path.glob("*.safetensors"))) == 3  # the reader's pieces went to the owner's folder
+    owner.cache_documents(0)
+    assert reader.document_cache is None
+
+
 @pytest.mark.parametrize("value, message", [
     ("512", "max_mb must be a number of megabytes >= 0 (0: off), got '512'"),
     (-5, "max_mb must be a number of megabytes >= 0 (0: off), got -5"),

@@ -233,6 +233,20 @@ def test_the_default_answer_reads_documents_with_the_documents_adapter(lm):
     assert SetLLM.from_pretrained(adapter=default_adapter("choose")).answer(docs, "When does the backup server run?") != "2 am"
 
 
+def test_sbp_answers_with_its_documents_adapter_through_the_cache_it_was_given(tmp_path):
+    """``from_pretrained(variant="sbp")`` reads documents for ``answer`` with the adapter
+    trained under sbp, through the document cache the model was given (here on disk)."""
+    from setllm.api import default_adapter
+
+    lm = SetLLM.from_pretrained(variant="sbp")
+    assert lm.origin.adapter is None and lm.answers_with.adapter == default_adapter("documents", "sbp")
+    lm.cache_documents(64, directory=tmp_path)
+    docs, question, answer = readme_documents_example()
+    assert {lm.answer(docs[i:] + docs[:i], question) for i in range(len(docs))} == {answer}
+    stats = lm.document_cache.stats()
+    assert stats.hits > 0 and len(list(tmp_path.glob("*.safetensors"))) == len(docs) + 1  # the prefix and each document, once
+
+
 def test_plain_peft_loads_a_setllm_adapter_offline_on_the_converted_base():
     """docs/training.md's recipe: plain PEFT, the base from setllm's cache folder, no hub; on
     text without sets it computes setllm's causal-pe reading of the same adapter."""

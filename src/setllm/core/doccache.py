@@ -227,6 +227,25 @@ _attached: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights ->
 _fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights -> the model whose cache they read through
+
+
+def share(model, owner) -> None:
+    """``model`` reads through ``owner``'s document cache from now on, whatever it is attached
+    or resized to later: the documents reader :meth:`setllm.SetLLM.answer` loads beside a model
+    answers through the cache its owner was given (``cache_documents``, ``--cache-dir``). A
+    piece's key names the weights, adapter and variant it was computed under, so the two
+    readings never read each other's pieces."""
+    _shared[_weights(model)] = owner
+
+
+def _cache_key(model):
+    """The weights whose cache ``model`` uses: its own, or its owner's (:func:`share`)."""
+    own = _weights(model)
+    owner = _shared.get(own)
+    return own if owner is None else _cache_key(owner)
+
+
 def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
            warn: bool = True) -> DocumentCache | None:
     """The document cache of ``model``'s weights (made, or resized, to ``max_mb``), shared by
@@ -234,7 +253,7 @@ def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | Non
     and none by default either (None). A ``directory`` other than the cache's makes a new
     cache with that disk tier."""
     max_mb, disk_mb = megabytes("max_mb", max_mb), megabytes("disk_mb", disk_mb)
-    key = _weights(model)
+    key = _cache_key(model)
     if max_mb == 0:
         if directory is not None:
             raise InputError("a document cache on disk needs one in memory too: max_mb > 0")
@@ -254,14 +273,14 @@ def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | Non
 
 def of(model) -> DocumentCache | None:
     """``model``'s document cache, or None where none was attached (or it was switched off)."""
-    return _attached.get(_weights(model))
+    return _attached.get(_cache_key(model))
 
 
 def for_reading(model) -> DocumentCache:
     """The cache a reading that can reuse documents computes through: the one attached to
     ``model``'s weights; where none was ever attached, one of :data:`DEFAULT_MB` attached now
     (on by default); where it was switched off, a :meth:`DocumentCache.scratch` one."""
-    key = _weights(model)
+    key = _cache_key(model)
     if key not in _attached:
         return attach(model, DEFAULT_MB, warn=False)
     return _attached[key] or DocumentCache.scratch()
