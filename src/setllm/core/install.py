@@ -186,18 +186,41 @@ def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
 
 
 def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
-    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``. On more
-    than one thread a lone block is read as a batch of two (the same block twice, a view),
-    since the CPU's batched product of one block may split its sum over threads where a batch
-    of several gives each block one thread: so a block's bits do not depend on how many blocks
-    its forward has. (On one thread the lone block runs the very kernel each block of a batch
-    does: measured bit-identical for every shape of the embedded model; tested.)"""
-    lone = blocks.shape[0] == 1 and torch.get_num_threads() > 1  # on one thread a lone block is the same kernel
-    if lone:
+    """``blocks [B, R, in] @ weight (+ bias)`` in one batched product: ``[B, R, out]``.
+
+    On more than one thread the CPU's batched product of ONE block may split its sum over the
+    threads, where a batch of several gives each block a thread of its own (measured: at 2
+    threads, 1,536 inputs). So a lone block is read as a batch of two: its output's two halves
+    of columns (:func:`_halves`), each a product of the whole sum on one thread, which is the
+    product each block of a batch gets, column for column (measured bit-identical at every
+    width of the embedded model; tested), at the work of one block; a layer of an odd width
+    reads the same block twice. On one thread the lone block runs the very kernel each block
+    of a batch does (measured and tested alike): read as it is."""
+    if blocks.shape[0] == 1 and torch.get_num_threads() > 1:
+        if _weight(layer).shape[1] % 2 == 0:
+            return _halves(layer, blocks)
         blocks = blocks.expand(2, -1, -1)
+        return _plain_batched(layer, blocks)[:1]
+    return _plain_batched(layer, blocks)
+
+
+def _plain_batched(layer, blocks: torch.Tensor) -> torch.Tensor:
     weight = _batched_weight(layer, blocks.shape[0])
-    out = torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
-    return out[:1] if lone else out
+    return torch.bmm(blocks, weight) if layer.bias is None else torch.baddbmm(layer.bias, blocks, weight)
+
+
+def _halves(layer, block: torch.Tensor) -> torch.Tensor:
+    """``block [1, R, in] @ weight (+ bias)`` as a batch of two: the same rows against each half
+    of the output columns, put back side by side: ``[1, R, out]``."""
+    w = _weight(layer)  # [in, out], a view
+    half = w.shape[1] // 2
+    weight = w.as_strided((2, w.shape[0], half), (half * w.stride(1), w.stride(0), w.stride(1)), w.storage_offset())
+    rows = block.expand(2, -1, -1)
+    if layer.bias is None:
+        out = torch.bmm(rows, weight)
+    else:
+        out = torch.baddbmm(layer.bias.view(2, 1, half), rows, weight)
+    return out.transpose(0, 1).reshape(1, block.shape[1], 2 * half)
 
 
 def _batched_weight(layer, n: int) -> torch.Tensor:

@@ -21,10 +21,10 @@ differences when rows move). So:
   product of fp32 on the CPU computes each block of a batch of several by its own product of
   that one shape (measured here, at 1 and 2 threads: every block of batches of 2 to 40
   bit-identical); a batch of one block is not (at 2 threads, 1,536 inputs, the library splits
-  the one product's sum over the threads), so on more than one thread a forward of one block
-  gets a second, of padding (:func:`packed_forward`; on one thread a lone block runs the
-  kernel every block of a batch runs): a block's rows get the bits of the same block in any
-  forward;
+  the one product's sum over the threads), so on more than one thread a lone block is read as
+  a batch of its two halves of output columns (:func:`setllm.core.install.batched_product`; on
+  one thread a lone block runs the kernel every block of a batch runs): a block's rows get the
+  bits of the same block in any forward;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
@@ -359,13 +359,7 @@ def packed_forward(model, plan, ids, pos, cache, keep):
     with the rows'."""
     device, rows = model.device, row_plan(model)
     k = len(keep)
-    # At least two row blocks where a batched product reads the blocks on several threads: a
-    # lone block would be read as a batch of two at every layer (install.batched_product), two
-    # ops a layer; one padding block here, once, is the same products with no op of its own
-    # (and the same wall time: each thread takes a block). On one thread a lone block is fine.
-    least = 2 * rows.rows if device.type in install.BATCHED_BLOCKS and torch.get_num_threads() > 1 else 0
-    ids, pos = (_padded(x, rows.rows, least) for x in (ids, pos))
-    keep = _padded(keep, rows.head_rows)
+    ids, pos, keep = (_padded(x, step) for x, step in ((ids, rows.rows), (pos, rows.rows), (keep, rows.head_rows)))
     captured = graphs.of(model)
     if captured is not None and cache.get_seq_length() == 0 and packed_attention.capturable(plan):
         return _captured_forward(model, captured, plan, ids, pos, keep, k)
@@ -416,12 +410,10 @@ class _Output:
         return name == "cache"
 
 
-def _padded(x, step: int, least: int = 0) -> torch.Tensor:
-    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, and to at
-    least ``least`` entries, as a tensor."""
+def _padded(x, step: int) -> torch.Tensor:
+    """``x`` (a list or a 1-D tensor of ints) zero-padded to a multiple of ``step``, as a tensor."""
     values = x.tolist() if isinstance(x, torch.Tensor) else list(x)
-    n = max(round_up(len(values), step), least)
-    return torch.tensor(values + [0] * (n - len(values)), dtype=torch.long)
+    return torch.tensor(values + [0] * (-len(values) % step), dtype=torch.long)
 
 
 @torch.no_grad()
