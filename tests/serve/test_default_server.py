@@ -94,3 +94,17 @@ def test_the_answer_route_reads_documents_with_the_library_s_adapter(library, se
         alone = client.post("/v1/answer", json=body).json()
     assert banked["answer"] == alone["answer"] == want
     assert str(banked["adapter"]) == str(alone["adapter"]) == str(library.answers_with.adapter)
+
+
+def test_under_sbp_the_answer_route_reads_with_the_sbp_documents_adapter_through_the_server_s_cache(one_thread_here, tmp_path):
+    """``--variant sbp``: ``/v1/answer`` reads with the documents adapter trained for sbp, as
+    ``SetLLM.answer`` does, and its documents go through the server's cache (``--cache-dir``)."""
+    from setllm.api import default_adapter
+
+    docs, question = ["Lena leads billing.\n", "Omar leads support.\n"], "Who leads support?"
+    want = SetLLM.from_pretrained(variant="sbp").answer(docs, question, max_new_tokens=8)
+    served = SetLLM.from_pretrained(variant="sbp")
+    with TestClient(create_app(served, ServeConfig(cache_dir=str(tmp_path), batch_check=False))) as client:
+        got = client.post("/v1/answer", json={"documents": docs[::-1], "question": question, "max_new_tokens": 8}).json()
+    assert got["answer"] == want and str(got["adapter"]) == default_adapter("documents", "sbp")
+    assert len(list(tmp_path.glob("*.safetensors"))) == len(docs) + 1  # the prefix and each document, on the server's disk tier
