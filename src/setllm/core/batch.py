@@ -70,14 +70,21 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
     return fields, next_pos
 
 
+# A padding slot's layout fields (valid, is_prompt, set_ids, element_ids, positions).
+PAD_SLOT = (False, False, NOT_IN_SET, NOT_IN_SET, 0)
+
+
+def round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
 def padded_layout(prompt: EncodedPrompt, scheme: PositionKind, length: int) -> tuple[tuple[list, ...], int]:
     """One prompt's layout fields (``valid, is_prompt, set_ids, element_ids, positions``, as
     :class:`TokenLayout` orders them) left-padded to ``length``, in lists, and the position
     after it: what :func:`collate` makes of it alone, before any tensor."""
     (ids, pos, valid, is_prompt, sets, elems), next_position = _row(prompt, [], scheme)
     pad = length - len(ids)
-    fills = (False, False, NOT_IN_SET, NOT_IN_SET, 0)
-    return tuple([fill] * pad + values for values, fill in zip((valid, is_prompt, sets, elems, pos), fills)), next_position
+    return tuple([fill] * pad + values for values, fill in zip((valid, is_prompt, sets, elems, pos), PAD_SLOT)), next_position
 
 
 def response_steps(scheme: PositionKind, n: int) -> torch.Tensor:

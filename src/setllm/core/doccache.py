@@ -61,7 +61,7 @@ import torch
 
 from ..errors import InputError
 from . import packed_attention
-from .batch import collate, continuation_layout
+from .batch import collate, continuation_layout, round_up
 from .doctier import DiskTier
 from .encoding import EncodedPrompt
 from .fingerprint import weights_fingerprint
@@ -75,7 +75,6 @@ from .scoring import (
     fixed_rows,
     option_scores,
     packed_forward,
-    round_up,
 )
 from .variants import Variant
 

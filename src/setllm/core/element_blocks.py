@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .batch import PAD_SLOT, round_up
 from .encoding import NOT_IN_SET
 from .packed_attention import PAD
 
 SPLIT_DEVICES = {"cpu"}
 MIN_TOKENS = 512  # shorter prompts: the attention saved is less than a block's host work
 MAX_AREA = 0.5  # split only where the blocks cover at most this share of the dense block's area
-LAYOUT_FILLS = (False, False, NOT_IN_SET, NOT_IN_SET, 0)  # a padding slot (batch.padded_layout's)
 
 Block = tuple[list[int], list[int], tuple[list, ...]]  # queries, keys (packed indices or PAD), layout fields
 
@@ -71,11 +71,11 @@ def split(kind: str, layout: tuple[list, ...], keys: list[int], bucket: int, win
     apart = {e: own for e, own in elements.items() if seen(e[0], own) <= len(real) // 2}
     if not apart:
         return None
-    q_apart = _round_up(max(map(len, apart.values())), bucket)
-    k_apart = _round_up(max(seen(e[0], own) for e, own in apart.items()), bucket)
+    q_apart = round_up(max(map(len, apart.values())), bucket)
+    k_apart = round_up(max(seen(e[0], own) for e, own in apart.items()), bucket)
     in_apart = {j for own in apart.values() for j in own}
     others = [j for j in real if j not in in_apart]
-    q_rest, k_rest = rest or (_round_up(len(others), bucket), _round_up(len(real), bucket))
+    q_rest, k_rest = rest or (round_up(len(others), bucket), round_up(len(real), bucket))
     chunks = [others[i : i + q_rest] for i in range(0, len(others), q_rest)]
     if len(apart) * q_apart * k_apart + len(chunks) * q_rest * k_rest > MAX_AREA * len(keys) ** 2:
         return None
@@ -93,12 +93,8 @@ def _block(order: list[int], rows: list[int], q: int, k: int, layout: tuple[list
     """The block whose keys are the slots ``order`` (left-padded to ``k``) and whose queries
     are its last ``q`` slots, of which ``rows`` are read (the others, PAD, are not)."""
     pad = k - len(order)
-    fields = tuple([fill] * pad + [f[j] for j in order] for f, fill in zip(layout, LAYOUT_FILLS))
+    fields = tuple([fill] * pad + [f[j] for j in order] for f, fill in zip(layout, PAD_SLOT))
     key_index = [PAD] * pad + [keys[j] for j in order]
     wanted = set(rows)
     slots = ([None] * pad + order)[k - q :]
     return [keys[j] if j in wanted else PAD for j in slots], key_index, fields
-
-
-def _round_up(n: int, step: int) -> int:
-    return -(-n // step) * step

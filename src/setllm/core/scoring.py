@@ -58,7 +58,7 @@ import torch
 
 from ..errors import InputError
 from . import element_blocks, graphs, install, packed_attention
-from .batch import Batch, padded_layout
+from .batch import Batch, padded_layout, round_up
 from .encoding import NOT_IN_SET, EncodedPrompt
 from .fit import check_fits, sliding_window
 from .flex import padded_length
@@ -164,10 +164,6 @@ def _chunks(items, size, limit: int) -> list[list]:
         out[-1].append(item)
         total += size(item)
     return out if out[-1] else []
-
-
-def round_up(n: int, step: int) -> int:
-    return -(-n // step) * step
 
 
 class _Prompts:
