@@ -177,7 +177,7 @@ def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
     if x.device.type in BATCHED_BLOCKS:
         out = batched_product(layer, blocks)
     else:  # one product per block, written in place
-        out = blocks.new_empty(*blocks.shape[:2], _weight(layer).shape[1])
+        out = blocks.new_empty(*blocks.shape[:2], _width(layer))
         for b in range(blocks.shape[0]):
             _product(layer, blocks[b], out[b])
     if n % rows:
@@ -197,7 +197,7 @@ def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
     reads the same block twice. On one thread the lone block runs the very kernel each block
     of a batch does (measured and tested alike): read as it is."""
     if blocks.shape[0] == 1 and torch.get_num_threads() > 1:
-        if _weight(layer).shape[1] % 2 == 0:
+        if _width(layer) % 2 == 0:
             return _halves(layer, blocks)
         blocks = blocks.expand(2, -1, -1)
         return _plain_batched(layer, blocks)[:1]
@@ -212,10 +212,8 @@ def _plain_batched(layer, blocks: torch.Tensor) -> torch.Tensor:
 def _halves(layer, block: torch.Tensor) -> torch.Tensor:
     """``block [1, R, in] @ weight (+ bias)`` as a batch of two: the same rows against each half
     of the output columns, put back side by side: ``[1, R, out]``."""
-    w = _weight(layer)  # [in, out], a view
-    half = w.shape[1] // 2
-    weight = w.as_strided((2, w.shape[0], half), (half * w.stride(1), w.stride(0), w.stride(1)), w.storage_offset())
-    rows = block.expand(2, -1, -1)
+    half = _width(layer) // 2
+    weight, rows = _batched_weight(layer, 2, half), block.expand(2, -1, -1)
     if layer.bias is None:
         out = torch.bmm(rows, weight)
     else:
@@ -223,15 +221,17 @@ def _halves(layer, block: torch.Tensor) -> torch.Tensor:
     return out.transpose(0, 1).reshape(1, block.shape[1], 2 * half)
 
 
-def _batched_weight(layer, n: int) -> torch.Tensor:
-    """``[n, in, out]``: the layer's weight as :func:`_weight` reads it, repeated ``n`` times
-    without a copy (batch stride 0). One ``as_strided`` view instead of a transpose and an
+def _batched_weight(layer, n: int, width: int | None = None) -> torch.Tensor:
+    """``[n, in, width]``: the layer's weight as :func:`_weight` reads it, without a copy: with
+    no ``width``, the whole of it repeated ``n`` times (batch stride 0); else batch ``b`` its
+    output columns ``b * width`` onwards. One ``as_strided`` view instead of a transpose and an
     expand: the same tensor to the product (sizes and strides alike), one op fewer per layer."""
     w = layer.weight
-    if torch.is_grad_enabled() and w.requires_grad:  # as_strided's gradient is a slow scatter: the plain views
+    if width is None and torch.is_grad_enabled() and w.requires_grad:  # as_strided's gradient is a slow scatter: the plain views
         return _weight(layer).expand(n, -1, -1)
     rows, cols = (1, 0) if _transposed(layer) else (0, 1)
-    return w.as_strided((n, w.shape[rows], w.shape[cols]), (0, w.stride(rows), w.stride(cols)), w.storage_offset())
+    step = 0 if width is None else width * w.stride(cols)
+    return w.as_strided((n, w.shape[rows], width or w.shape[cols]), (step, w.stride(rows), w.stride(cols)), w.storage_offset())
 
 
 def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
@@ -247,6 +247,11 @@ def _product(layer, block: torch.Tensor, out: torch.Tensor) -> None:
 def _weight(layer) -> torch.Tensor:
     """``[in, out]``: gpt2's ``Conv1D`` stores it so, ``nn.Linear`` transposed."""
     return layer.weight.t() if _transposed(layer) else layer.weight
+
+
+def _width(layer) -> int:
+    """The layer's output width, read off its weight's shape (no op dispatched)."""
+    return layer.weight.shape[0 if _transposed(layer) else 1]
 
 
 def _transposed(layer) -> bool:
