@@ -233,7 +233,8 @@ class _DocumentsReading:
     another kind of task: the same :class:`LoadOptions` loaded for documents (the one rule,
     :meth:`LoadOptions.adapter_path`, that picks ``setllm eval --dataset documents``'s
     adapter), once, on the first answer. ``read_as``: the reading of the model as loaded; a
-    view read otherwise answers as it is."""
+    view read otherwise answers as it is. ``owner``: the loaded model, whose document cache
+    the documents reading reads through (:func:`setllm.core.doccache.share`)."""
 
     def __init__(self, options: LoadOptions, read_as: ReadOptions, progress: bool, owner=None):
         self.options, self.read_as, self.progress, self.owner = options, read_as, progress, owner

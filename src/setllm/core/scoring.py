@@ -191,7 +191,8 @@ class _Prompts:
 
     def prompt_blocks(self, i: int) -> list[packed_attention.AttentionBlock]:
         """Prompt ``i``'s own attention: one block, or, for a long prompt with a large set on
-        the CPU, one block per element and one for the rest (:mod:`setllm.core.element_blocks`)."""
+        the CPU, one block per element and the other rows in blocks of an option row's shape
+        (:mod:`setllm.core.element_blocks`)."""
         keys = self.keys(i)
         rest = (OPTION_BUCKET, len(keys) + OPTION_BUCKET)  # the shape of an option row of up to OPTION_BUCKET tokens
         parts = None if self.flex[i] else element_blocks.split(self.variant.mask, self.layouts[i], keys, PROMPT_BUCKET, self.window,
