@@ -6,13 +6,13 @@ STAMP := $(VENV)/.setup-done
 
 .PHONY: setup browser demo test test-fast lint bench clean
 
-# `setup` is the virtual environment alone: `demo` installs nothing outside it; `test` adds
-# the browser its playground test drives.
+# `setup` is the virtual environment alone: `demo` and `test` install nothing outside it.
 setup: $(STAMP)
 
-# The playground's browser test drives Debian's headless Chromium (chromium + chromium-driver,
-# from apt: as root, or through sudo without a password). Where neither works that one test
-# skips and says why; everything else runs without a browser.
+# The playground's browser test drives Debian's headless Chromium (chromium + chromium-driver).
+# `make browser` installs them from apt, on purpose only (as root, or through sudo without a
+# password; CI runs it before the tests); `make test` never does. Where they are absent that
+# one test skips and says why; everything else runs without a browser.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/setllm demo
 
-test: setup browser
+test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 lint: setup

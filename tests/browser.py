@@ -17,7 +17,7 @@ def missing() -> str | None:
     if importlib.util.find_spec("selenium") is None:
         return "selenium is not installed (pip install -e '.[test]')"
     if not (BROWSER and DRIVER):
-        return "Debian's chromium and chromium-driver are not installed and could not be (make browser installs them)"
+        return "Debian's chromium and chromium-driver are not installed (make browser installs them: as root or with sudo)"
     return None
 
 

@@ -1,6 +1,6 @@
-"""The Makefile's targets do what the README says: ``make demo`` sets up the virtual
-environment and runs the demo, installing nothing outside it; ``make test`` adds the browser
-its playground test drives."""
+"""The Makefile's targets do what the README says: ``make demo`` and ``make test`` set up the
+virtual environment and run, installing nothing outside it; ``make browser`` installs the
+browser the playground's test drives, on purpose, and CI runs it before the tests."""
 
 from __future__ import annotations
 
@@ -25,5 +25,13 @@ def test_make_demo_installs_nothing_outside_the_virtual_environment(tmp_path):
     assert "apt-get" not in demo and "chromium" not in demo and "sudo" not in demo
 
 
-def test_make_test_installs_the_browser_of_the_playground_test(tmp_path):
-    assert "apt-get install -y -qq chromium chromium-driver" in planned("test", tmp_path)
+def test_make_test_installs_nothing_outside_the_virtual_environment(tmp_path):
+    test = planned("test", tmp_path)
+    assert "pip install" in test and "pytest" in test
+    assert "apt-get" not in test and "chromium" not in test and "sudo" not in test
+
+
+def test_make_browser_installs_the_browser_and_ci_runs_it_before_the_tests(tmp_path):
+    assert "apt-get install -y -qq chromium chromium-driver" in planned("browser", tmp_path)
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert steps.index("make browser") < steps.index("make test")
