@@ -125,14 +125,17 @@ def test_the_page_asks_for_the_key_once(model_dir):
 
 
 def test_a_winner_that_ends_a_sentence_and_an_error_after_an_answer(model_dir):
-    """The verdict keeps a winner's own full stop ("A dog.", not "A dog.."); an error clears
-    the answer before it, which would otherwise read as this request's."""
+    """The verdict keeps a winner's own full stop ("A dog.", not "A dog.."; '"hi."' and
+    "(red.)" as they are, the stop inside the quotes or brackets); an error clears the answer
+    before it, which would otherwise read as this request's."""
     from selenium.webdriver.common.by import By
 
     options = ["An apple.", "A dog."]
     with serve_process("--model", model_dir, "--adapter", "none") as (_, url), chromium() as driver:
         driver.get(url + "/")
         wait_for(driver, "#server", 60, "Model ")
+        ended = ['"hi."', "(red.)", "“Yes!”", '"hi"', "(red)"]
+        assert driver.execute_script("return arguments[0].map(sentence)", ended) == ['"hi."', "(red.)", "“Yes!”", '"hi".', "(red)."]
         ask(driver, "Which is a fruit?", options)
         by_id(driver, "orderings").click()
         wait_for(driver, "#ordering-result", 120)
