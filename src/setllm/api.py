@@ -22,7 +22,7 @@ from .loading.options import LoadOptions
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
 from .policy import Choice, Verdict, verdict
 from .reader import Reader, ReadOptions, say_once
-from .readouts import candidate_scores, trained_readout
+from .readouts import JudgeRow, candidate_scores, trained_readout
 
 DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
@@ -136,10 +136,27 @@ class SetLLM(Reader):
     def choose(self, question: str, options: Sequence[str], context: str | None = None, normalize: bool = False) -> Choice:
         """Answer a multiple-choice question with the options given as a set.
 
-        ``normalize`` picks by mean per-token log-likelihood instead of the sum.
+        ``normalize`` picks by mean per-token log-likelihood instead of the sum. Many
+        questions: :meth:`choose_many`.
         """
-        request = verbs.choose(question, options, context)
-        return request.choice(self.score(request.prompt, list(request.options)), normalize)
+        return self._choices([verbs.choose(question, options, context)], normalize, single=True)[0]
+
+    def choose_many(self, rows: Sequence[tuple[str, Sequence[str]] | tuple[str, Sequence[str], str | None]], *,
+                    normalize: bool = False) -> list[Choice]:
+        """:meth:`choose` for many ``(question, options)`` or ``(question, options, context)``
+        rows in one call, batched: one :class:`Choice` per row, the same bits as :meth:`choose`
+        gives that row alone (the scoring driver's shapes are fixed per request, whatever
+        the batch). ``lm.choose_many([("Capital of France?", ["Paris", "Rome"]), ...])``."""
+        requests = []
+        for i, (question, options, context) in enumerate(_rows(rows, "choose", ("question", "options", "context"), 2)):
+            requests.append(verbs.choose(question, options, context, _row_field(i)))  # a loop: the whitespace warning names the caller
+        return self._choices(requests, normalize)
+
+    def _choices(self, requests: Sequence[verbs.Choose], normalize: bool, single: bool = False) -> list[Choice]:
+        """The one reading of :meth:`choose` and :meth:`choose_many`: every question's options
+        scored in one :meth:`_score_many` (``single``: named as one prompt's)."""
+        scores = self._score_many([r.prompt for r in requests], [list(r.options) for r in requests], None, single=single)
+        return [r.choice(s, normalize) for r, s in zip(requests, scores)]
 
     def judge(self, instruction: str, candidates: Sequence[str], *, input: str | None = None, tie_margin: float = 0.0,
               readout: str | None = None) -> Verdict:
@@ -148,16 +165,24 @@ class SetLLM(Reader):
         The candidates are one set with identical, unnamed framing, and ``readout`` (one of
         :data:`setllm.readouts.READOUTS`; default: :attr:`judge_readout`) gives each the same
         computation: under an invariant variant the verdict and every score are the same in
-        any order. Two best scores within ``tie_margin`` are a tie.
+        any order. Two best scores within ``tie_margin`` are a tie. Many: :meth:`judge_many`.
         """
-        return self.judge_many([(instruction, candidates, input)], tie_margin, readout)[0]
+        _check_tie_margin(tie_margin)
+        return self._verdicts([verbs.judge(instruction, candidates, input)], tie_margin, readout)[0]
 
-    def judge_many(self, rows: Sequence[tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0,
+    def judge_many(self, rows: Sequence[tuple[str, Sequence[str]] | tuple[str, Sequence[str], str | None]], tie_margin: float = 0.0,
                    readout: str | None = None) -> list[Verdict]:
-        """:meth:`judge` for many ``(instruction, candidates, input)``, batched."""
-        if tie_margin < 0:
-            raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-        judged = [verbs.judge(instr, c, inp) for instr, c, inp in rows]
+        """:meth:`judge` for many ``(instruction, candidates)`` or ``(instruction, candidates,
+        input)`` rows in one call, batched: one :class:`Verdict` per row, the same bits as
+        :meth:`judge` gives that row alone."""
+        _check_tie_margin(tie_margin)
+        judged = []
+        for i, (instruction, candidates, input) in enumerate(_rows(rows, "judge", ("instruction", "candidates", "input"), 2)):
+            judged.append(verbs.judge(instruction, candidates, input, _row_field(i)))
+        return self._verdicts(judged, tie_margin, readout)
+
+    def _verdicts(self, judged: Sequence[JudgeRow], tie_margin: float, readout: str | None) -> list[Verdict]:
+        """The one reading of :meth:`judge` and :meth:`judge_many`: every row's asks scored at once."""
         scores = candidate_scores(self._judge_scores, judged, readout or self.judge_readout)
         return [verdict(s, list(r.candidates), tie_margin) for s, r in zip(scores, judged)]
 
@@ -168,7 +193,7 @@ class SetLLM(Reader):
     def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
         """Answer ``question`` from ``documents`` read as one set (greedy, up to a newline;
         see :mod:`setllm.tasks.documents`): under an invariant variant their order cannot
-        change the answer.
+        change the answer. Many questions: :meth:`answer_many`.
 
         Read with the adapter trained for documents where ``adapter="auto"`` chose it: a model
         loaded with ``adapter="auto"`` for another kind of task (``from_pretrained()``: the
@@ -177,8 +202,24 @@ class SetLLM(Reader):
         eval --dataset documents``, ``setllm answer`` and the playground read documents.
         ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
         (another variant, exact mode, chat or EOS choice), or an adapter named, answers as it is."""
-        request = verbs.answer(documents, question, max_new_tokens)
-        return request.text(self.documents_reader().generate(request.prompt, request.config))
+        return self._answers([verbs.answer(documents, question, max_new_tokens)])[0]
+
+    def answer_many(self, rows: Sequence[tuple[Sequence[str], str]], max_new_tokens: int = 32) -> list[str]:
+        """:meth:`answer` for many ``(documents, question)`` rows in one call, read as
+        :meth:`answer` reads (the same reading, the documents adapter included) and batched:
+        one answer per row, the one :meth:`answer` gives that row alone."""
+        requests = []
+        for i, (documents, question) in enumerate(_rows(rows, "answer", ("documents", "question"), 2)):
+            requests.append(verbs.answer(documents, question, max_new_tokens, _row_field(i, shared=("max_new_tokens",))))
+        return self._answers(requests)
+
+    def _answers(self, requests: Sequence[verbs.Answer]) -> list[str]:
+        """The one reading of :meth:`answer` and :meth:`answer_many`: every request generated
+        by :meth:`documents_reader` (requests of one ``max_new_tokens``, so of one config)."""
+        if not requests:
+            return []
+        texts = self.documents_reader().generate_many([r.prompt for r in requests], requests[0].config)
+        return [r.text(t) for r, t in zip(requests, texts)]
 
     @property
     def answers_with(self) -> Origin | None:
@@ -256,6 +297,32 @@ class _DocumentsReading:
                 say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
                           f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
             return self._lm
+
+
+def _check_tie_margin(tie_margin: float) -> None:
+    if tie_margin < 0:
+        raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
+
+
+def _rows(rows, call: str, fields: tuple[str, ...], required: int) -> list[tuple]:
+    """The rows of ``{call}_many``: a list of tuples of ``fields``, those after the first
+    ``required`` optional (None where left out)."""
+    shape = f"({', '.join(fields[:required])}{''.join(f'[, {f}]' for f in fields[required:])})"
+    if isinstance(rows, (str, dict)) or not isinstance(rows, Sequence):
+        raise InputError(f"{call}_many takes a list of rows {shape}, got {type(rows).__name__}; for one, call {call}")
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, dict)) or not isinstance(row, Sequence) or not required <= len(row) <= len(fields):
+            got = f"{len(row)} items" if isinstance(row, (list, tuple)) else type(row).__name__
+            raise InputError(f"rows[{i}] must be a tuple {shape}, got {got}")
+        out.append((*row, *[None] * (len(fields) - len(row))))
+    return out
+
+
+def _row_field(i: int, shared: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """How ``{call}_many`` names a field of row ``i`` in its errors (``rows[2].options``); a
+    ``shared`` argument, one for every row, by its own name."""
+    return lambda field: field if field in shared else f"rows[{i}].{field}"
 
 
 def _check_prompt_list(prompts, options) -> None:

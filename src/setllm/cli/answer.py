@@ -77,9 +77,8 @@ def _answer_file(args: argparse.Namespace) -> int:
 
     def make_answer(lm, rows):
         def answer(batch):
-            asked = [request(r) for r in batch]
-            texts = lm.generate_many([a.prompt for a in asked], asked[0].config)
-            return [{"id": r["id"], "answer": a.text(t)} for r, a, t in zip(batch, asked, texts)]
+            texts = lm.answer_many([(r["documents"], r["question"]) for r in batch], args.max_new_tokens)
+            return [{"id": r["id"], "answer": t} for r, t in zip(batch, texts)]
 
         return answer
 

@@ -95,11 +95,7 @@ def cmd_choose(args: argparse.Namespace) -> int:
 def _choose_file(args: argparse.Namespace) -> int:
     def make_answer(lm, rows):
         def answer(batch):
-            from .. import verbs
-
-            asked = [verbs.choose(r["question"], r["options"], r["context"]) for r in batch]
-            scores = lm.score_many([a.prompt for a in asked], [list(a.options) for a in asked])
-            picks = [a.choice(s, args.normalize) for a, s in zip(asked, scores)]
+            picks = lm.choose_many([(r["question"], r["options"], r["context"]) for r in batch], normalize=args.normalize)
             return [{"id": r["id"], "answer": c.answer, "index": c.index, "scores": [s.logprob for s in c.scores]} for r, c in zip(batch, picks)]
 
         return answer
