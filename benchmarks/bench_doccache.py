@@ -12,8 +12,9 @@ model under ``--variant sbp``, measured side by side in one run.
 - **Restart**: a server with ``--cache-dir`` reads the first-token question's documents,
   stops, starts again on the same folder and answers a question over them (another order):
   the time of that first question against a cold server's (``--cache-mb 0``), each after a
-  warm-up request over one unrelated document, whether the answers are the same bits, and the folder's
-  bytes on disk against the server's accounting.
+  warm-up request over one unrelated document, whether the answers are the same bits, the folder's
+  bytes on disk against the server's accounting, and the seconds the restarted server spent
+  verifying the files it read (their checksums) as a share of that first question.
 
     python benchmarks/bench_doccache.py --threads 2 --json doccache.json
 """
@@ -142,6 +143,8 @@ def restart(args, docs: list[str]) -> dict:
             "speedup": cold_s / warm_s, "same_bits": cold == warm, "disk_writes": written.get("setllm_document_cache_disk_writes"),
             "restarted_disk_hits": found.get("setllm_document_cache_disk_hits"),
             "restarted_misses": found.get("setllm_document_cache_misses"), "disk_bytes_on_disk": on_disk,
+            "restarted_check_s": found.get("setllm_document_cache_disk_check_seconds"),
+            "check_share_of_restarted": found.get("setllm_document_cache_disk_check_seconds", 0) / warm_s,
             "disk_bytes_counted": found.get("setllm_document_cache_disk_bytes"),
             "counted_over_on_disk": found.get("setllm_document_cache_disk_bytes", 0) / on_disk if on_disk else None}
 

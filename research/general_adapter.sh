@@ -41,6 +41,8 @@
 #   research/general_adapter.sh documents-sbp-wide
 #                                             the same with rows in 12 more training phrasings (train-more), also on
 #                                             a second held-out list (held-out-2) beside the shipped reading
+#   research/general_adapter.sh documents-default
+#                                             the default documents reading (no --adapter, no --variant) on both lists
 #   research/general_adapter.sh documents-sbp
 #                                             documents.sh stages 1-4 under sbp (the cacheable reading), then it,
 #                                             the untrained sbp reading and the shipped documents adapter on the
@@ -256,6 +258,25 @@ documents_sbp_wide() {
   done
 }
 
+# The default documents reading as a user gets it: `setllm eval --dataset documents` with no
+# --adapter and no --variant (sbp with its shipped documents adapter), on both held-out lists,
+# the rows the readings above were measured on.
+documents_default() {
+  data
+  local s list
+  for s in 0 1; do
+    [ -s "$D/kv8-held-out-2-s$s.jsonl" ] || run setllm data kv-phrased --phrasings held-out-2 --docs 8 --n "$N_DOCS" \
+      --seed $((2000 + s)) --out "$D/kv8-held-out-2-s$s.jsonl"
+  done
+  for s in 0 1; do
+    for list in held-out held-out-2; do
+      out=$RUNS/eval/default/kv8-$list-s$s
+      [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$D/kv8-$list-s$s.jsonl" \
+        --gold-positions 0,4,-1 --out "$out" --no_progress
+    done
+  done
+}
+
 sbp_from_shipped() {  # sbp_from_shipped NAME SPECS LR [extra]: train NAME under sbp from the shipped documents adapter
   local out=$RUNS/adapters/$1 specs=$2 lr=$3; shift 3
   [ -f "$out/adapter_model.safetensors" ] && return 0
@@ -357,9 +378,10 @@ case "${1:-}" in
   documents-sbp-shipped) documents_sbp_shipped ;;
   documents-sbp-mixed) documents_sbp_mixed ;;
   documents-sbp-wide) documents_sbp_wide ;;
+  documents-default) documents_default ;;
   eval) shift; evaluate "$@" ;;
   whole-split) shift; whole_split "$@" ;;
   judge) shift; judge "$@" ;;
   all) data; mixed; evaluate mixed "$RUNS/adapters/mixed" setmask-setpe; baselines ;;
-  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|documents-sbp-mixed|documents-sbp-wide|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
+  *) echo "usage: $0 data|ultra|mixed|eval NAME ADAPTER VARIANT|baselines|causal-documents|documents-phrased|documents-sbp|documents-sbp-shipped|documents-sbp-mixed|documents-sbp-wide|documents-default|framed|wise|ultra-choose|rank-choose|rank-choose-long|whole-split NAME ADAPTER|judge NAME ADAPTER VARIANT|all" >&2; exit 2 ;;
 esac

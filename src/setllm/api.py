@@ -199,8 +199,10 @@ class SetLLM(Reader):
         loaded with ``adapter="auto"`` for another kind of task (``from_pretrained()``: the
         choose adapter, which makes facts up from documents) answers with the shipped
         documents adapter, loaded once beside it on the first call (said once), as ``setllm
-        eval --dataset documents``, ``setllm answer`` and the playground read documents.
-        ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
+        eval --dataset documents``, ``setllm answer`` and the playground read documents. With
+        no variant named that is the ``sbp`` one: each document read once, kept in the model's
+        document cache and reused in any order (``variant="setmask-setpe"``: the documents
+        adapter trained under it). ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
         (another variant, exact mode, chat or EOS choice), or an adapter named, answers as it is."""
         return self._answers([verbs.answer(documents, question, max_new_tokens)])[0]
 
@@ -228,13 +230,14 @@ class SetLLM(Reader):
         docs = self._documents
         return None if docs is None or _reading(self.options) != _reading(docs.read_as) else docs.origin
 
-    def documents_reader(self) -> SetLLM:
+    def documents_reader(self, say: bool = True) -> SetLLM:
         """Who reads documents for :meth:`answer` (and the server's ``/v1/answer``): the documents reading where ``adapter="auto"``
         loaded another adapter and this view reads as loaded (its batch size and progress
-        bar taken along), else this view."""
+        bar taken along), else this view. ``say``: say once, when it loads, what it is (a
+        server says so in its start-up lines instead)."""
         if self.answers_with is None:
             return self
-        return self._documents.get().with_options(batch_size=self.batch_size, progress=self.options.progress)
+        return self._documents.get(say).with_options(batch_size=self.batch_size, progress=self.options.progress)
 
     def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
         """Generate a response for one prompt.
@@ -288,14 +291,17 @@ class _DocumentsReading:
         model, adapter, info = self.options.sources(DOCUMENTS)
         return Origin.loaded(model, adapter, info)
 
-    def get(self) -> SetLLM:
+    def get(self, say: bool = True) -> SetLLM:
+        """The documents reading, loaded on the first call (``say``: tell a library user, once,
+        what was loaded; a server says it in its start-up lines instead)."""
         with self._lock:
             if self._lm is None:
                 self._lm = SetLLM.load(self.options, DOCUMENTS, self.progress)
                 if self.owner is not None:  # documents cached as the owner's were asked to be (under sbp)
                     doccache.share(self._lm.model, self.owner)
-                say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
-                          f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
+                if say:
+                    say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
+                             f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
             return self._lm
 
 

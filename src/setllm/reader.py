@@ -235,7 +235,7 @@ class Reader:
         can = self._reusable(model, prompts)
         if not any(can):
             return afresh(items)
-        cached = (doccache.for_reading(model), doccache.identity(model, self.origin.adapter, self.variant))
+        cached = (doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant))
         if all(can):
             return reuse(items, *cached)
         out = [None] * len(items)

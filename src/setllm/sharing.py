@@ -13,18 +13,11 @@ The lock is re-entrant: a bank view's computation may take it again on its own t
 from __future__ import annotations
 
 import threading
-import weakref
 
-_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_guard = threading.Lock()
+from .core.owner import owner
 
 
 def model_lock(model) -> threading.RLock:
     """The lock of ``model``'s weights: the same object for a PEFT wrapper and the model it
-    wraps (they share every layer), made on first use and dropped with the model."""
-    key = model.get_base_model() if hasattr(model, "get_base_model") else model
-    with _guard:
-        lock = _locks.get(key)
-        if lock is None:
-            lock = _locks[key] = threading.RLock()
-        return lock
+    wraps (they share every layer), kept by their owner (:mod:`setllm.core.owner`)."""
+    return owner(model).lock

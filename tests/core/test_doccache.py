@@ -15,6 +15,7 @@ from tiny import tiny_model, tiny_tokenizer
 from setllm import GenerationConfig, Set, SetLLM
 from setllm.core import doccache, scoring
 from setllm.core.batch import collate
+from setllm.core.doccache import reading
 
 DOCS = [f"Note {i}: the {w} fox jumps over the lazy dog.\n" for i, w in enumerate(["quick", "brown", "red", "old", "small", "lazy"])]
 OPTIONS = ["fox", "dog", "water boils"]
@@ -33,7 +34,7 @@ def lm(request):
 def test_a_cached_reading_equals_a_fresh_one_up_to_rounding(lm):
     enc = lm.encode(prompt(DOCS[:4]))
     store = doccache.DocumentCache(64)
-    key = doccache.identity(lm.model, None, lm.variant)
+    key = doccache.reading_key(lm.model, lm.tokenizer, lm.variant)
     cache, got = doccache.prefill(lm.model, lm.variant, enc, store, key)
     fresh_cache, want = scoring.prefill(lm.model, lm.variant, collate([enc], lm.variant.positions, lm.pad_id))
     # Separate forwards for the prefix, each element and the suffix: other shapes, not the same bits.
@@ -46,7 +47,7 @@ def test_a_cached_reading_equals_a_fresh_one_up_to_rounding(lm):
 def _off(lm):
     """``lm``'s cache switched off; returns a function that forgets the switch."""
     assert lm.cache_documents(0) is None and lm.document_cache is None
-    return lambda: doccache._attached.pop(doccache._weights(lm.model), None)
+    return lambda: doccache.forget(lm.model)
 
 
 def test_scores_and_text_through_the_cache_are_the_bits_of_the_reading_without_it(lm):
@@ -74,7 +75,7 @@ def test_scores_and_text_through_the_cache_are_the_bits_of_the_reading_without_i
 
 def test_the_logprobs_of_a_cached_prefill_are_the_bits_of_a_scratch_one(lm):
     enc = lm.encode(prompt(DOCS[:4]))
-    key = doccache.identity(lm.model, None, lm.variant)
+    key = doccache.reading_key(lm.model, lm.tokenizer, lm.variant)
     warm = doccache.DocumentCache(64)
     doccache.prefill(lm.model, lm.variant, lm.encode(prompt(DOCS[3:])), warm, key)  # docs 3..5 read in another group
     cache_a, a = doccache.prefill(lm.model, lm.variant, enc, doccache.DocumentCache.scratch(), key)
@@ -86,19 +87,19 @@ def test_the_logprobs_of_a_cached_prefill_are_the_bits_of_a_scratch_one(lm):
 def test_missing_documents_are_computed_in_one_forward_each_with_the_bits_of_it_alone(lm):
     enc = lm.encode(prompt(DOCS[:5]))
     batch = collate([enc], lm.variant.positions, lm.pad_id)
-    key = doccache.identity(lm.model, None, lm.variant)
+    key = doccache.reading_key(lm.model, lm.tokenizer, lm.variant)
     calls = []
     hook = lm.model.register_forward_hook(lambda *a: calls.append(1))
     try:
-        [(parts, _)] = doccache._pieces(lm.model, lm.variant, [(enc, batch)], doccache.DocumentCache(64), key)
+        [(parts, _)] = reading._pieces(lm.model, lm.variant, [(enc, batch)], doccache.DocumentCache(64), key)
     finally:
         hook.remove()
     assert len(calls) == 2  # the prefix, then the five documents together
-    pieces = doccache._Pieces.of(enc)
-    prefix = doccache._compute(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, [], pieces.prefix)
+    pieces = reading._Pieces.of(enc)
+    prefix = reading._compute(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, [], pieces.prefix)
     at = len(pieces.prefix)
     for element in pieces.elements:
-        [alone] = doccache._compute_elements(lm.model, lm.variant, [doccache._Missing(prefix, batch, pieces.prefix, element)])
+        [alone] = reading._compute_elements(lm.model, lm.variant, [reading._Missing(prefix, batch, pieces.prefix, element)])
         for (k, v), (k_all, v_all) in zip(alone, parts):
             assert torch.equal(k, k_all[:, :, at : at + len(element)]) and torch.equal(v, v_all[:, :, at : at + len(element)])
         at += len(element)
@@ -205,7 +206,7 @@ def test_answer_reads_cached_documents():
         assert store.stats().hits >= 5
     finally:
         store.clear()
-        doccache._attached.pop(doccache._weights(lm.model), None)
+        doccache.forget(lm.model)
 
 
 def test_generation_config_through_the_cache(lm):

@@ -233,6 +233,35 @@ def test_the_default_answer_reads_documents_with_the_documents_adapter(lm):
     assert SetLLM.from_pretrained(adapter=default_adapter("choose")).answer(docs, "When does the backup server run?") != "2 am"
 
 
+def test_documents_are_answered_under_sbp_with_its_adapter_and_the_cache_on_every_surface(lm, capsys, tmp_path):
+    """The default documents reading, the one that reads the held-out lists best and caches:
+    the library's answer, `setllm answer`, `setllm eval --dataset documents` (the server's
+    /v1/answer and the playground: tests/serve/test_default_server.py, test_playground.py)."""
+    from tiny import run_cli
+
+    from setllm.api import default_adapter
+    from setllm.core import doccache
+
+    sbp = default_adapter("documents")
+    assert sbp.endswith("smollm2-135m-documents-sbp")
+    reader = lm.documents_reader()
+    assert (reader.variant.name, reader.origin.adapter) == ("sbp", sbp)
+    docs, question, answer = readme_documents_example()
+    assert lm.answer(docs, question) == answer
+    assert lm.document_cache is not None and lm.document_cache.stats().computed_tokens > 0  # read through the model's own cache
+    code, out, err = run_cli(capsys, "answer", "--documents", *docs, "--question", question, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"answer": answer, "variant": "sbp", "model": lm.origin.model, "adapter": sbp}
+    assert err.splitlines()[-1].startswith("document cache: reused")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"documents": docs, "question": question, "answer": answer}) + "\n")
+    code, _, err = run_cli(capsys, "eval", "--dataset", "documents", "--data-file", str(rows), "--out", str(tmp_path / "run"), "--no_progress")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["variant"], summary["adapter"], summary["accuracy"]["single"]) == ("sbp", sbp, 100.0)
+    assert summary["document_cache"]["misses"] > 0 and doccache.variant_problem(reader.variant) is None
+
+
 def test_sbp_answers_with_its_documents_adapter_through_the_cache_it_was_given(tmp_path):
     """``from_pretrained(variant="sbp")`` reads documents for ``answer`` with the adapter
     trained under sbp, through the document cache the model was given (here on disk)."""

@@ -85,6 +85,8 @@ def test_the_answer_route_reads_documents_with_the_library_s_adapter(library, se
     """One verb, one rule: ``/v1/answer`` reads with the adapter ``SetLLM.answer`` reads with
     (the shipped documents adapter, where ``adapter="auto"`` chose another), on the default
     server's bank and on a server of the library's own object alike."""
+    from setllm.api import default_adapter
+
     docs, question = ["Lena leads billing.", "Omar leads support."], "Who leads support?"
     want = library.answer(docs, question, max_new_tokens=8)
     assert library.answers_with is not None and library.answers_with.adapter != library.origin.adapter
@@ -94,17 +96,29 @@ def test_the_answer_route_reads_documents_with_the_library_s_adapter(library, se
         alone = client.post("/v1/answer", json=body).json()
     assert banked["answer"] == alone["answer"] == want
     assert str(banked["adapter"]) == str(alone["adapter"]) == str(library.answers_with.adapter)
+    assert str(banked["adapter"]) == default_adapter("documents") and banked["variant"] == alone["variant"] == "sbp"  # the default reading
+    as_page = server.post("/v1/answer", json={**body, "variant": library.variant.name}).json()  # the playground names the server's variant
+    assert (as_page["answer"], as_page["adapter"], as_page["variant"]) == (want, banked["adapter"], "sbp")
 
 
-def test_under_sbp_the_answer_route_reads_with_the_sbp_documents_adapter_through_the_server_s_cache(one_thread_here, tmp_path):
+def test_under_sbp_the_answer_route_reads_with_the_sbp_documents_adapter_through_the_server_s_cache(one_thread_here, tmp_path, monkeypatch):
     """``--variant sbp``: ``/v1/answer`` reads with the documents adapter trained for sbp, as
-    ``SetLLM.answer`` does, and its documents go through the server's cache (``--cache-dir``)."""
+    ``SetLLM.answer`` does, and its documents go through the server's cache (``--cache-dir``);
+    the start-up lines say so, and the log gets no hint meant for a library user."""
+    import setllm.api
     from setllm.api import default_adapter
+    from setllm.serve.server import documents_line
 
     docs, question = ["Lena leads billing.\n", "Omar leads support.\n"], "Who leads support?"
     want = SetLLM.from_pretrained(variant="sbp").answer(docs, question, max_new_tokens=8)
     served = SetLLM.from_pretrained(variant="sbp")
-    with TestClient(create_app(served, ServeConfig(cache_dir=str(tmp_path), batch_check=False))) as client:
+    said = []
+    monkeypatch.setattr(setllm.api, "say_once", said.append)
+    app = create_app(served, ServeConfig(cache_dir=str(tmp_path), batch_check=False))
+    assert documents_line(app.state.service) == (f"setllm serve: /v1/answer: adapter {default_adapter('documents')}, variant sbp; "
+                                                 f"document cache 512 MB in memory, up to 2048 MB on disk in {tmp_path}")
+    with TestClient(app) as client:
         got = client.post("/v1/answer", json={"documents": docs[::-1], "question": question, "max_new_tokens": 8}).json()
+    assert said == []
     assert got["answer"] == want and str(got["adapter"]) == default_adapter("documents", "sbp")
     assert len(list(tmp_path.glob("*.safetensors"))) == len(docs) + 1  # the prefix and each document, on the server's disk tier

@@ -46,7 +46,7 @@ def test_a_cached_server_answers_as_a_cold_one_and_counts_its_hits():
         assert default["setllm_document_cache_max_bytes"] == doccache.DEFAULT_MB * 1e6  # on without being asked
         assert default["setllm_document_cache_misses"] > 0
     finally:
-        doccache._attached.pop(doccache._weights(lm.model), None)
+        doccache.forget(lm.model)
 
 
 def test_a_negative_cache_size_is_refused_in_one_line(capsys):
@@ -77,4 +77,56 @@ def test_a_cache_the_served_reading_cannot_use_is_said_at_start_up_not_at_a_requ
             answers(lm, requests(2, 0), cache_mb=256)
         assert not [w for w in caught if "afresh" in str(w.message)]
     finally:
-        doccache._attached.pop(doccache._weights(lm.model), None)
+        doccache.forget(lm.model)
+
+
+def test_a_server_sharing_a_folder_refuses_a_damaged_file_and_answers_as_cold(tmp_path, caplog):
+    """One server writes the folder; a bit of one document's data is flipped; a second server on
+    the folder answers exactly as the first did, counts the refusal and names the file."""
+    import logging
+    import warnings
+
+    from setllm.core.doccache import tier as doctier
+
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    bodies = requests(4, 1)
+    try:
+        with serving(lm, cache_mb=16, cache_dir=str(tmp_path)) as client:
+            probed = set(tmp_path.glob(f"*{doctier.SUFFIX}"))  # what the batching check read
+            want = [client.post("/v1/score", json=b).json()["scores"] for b in bodies]
+        victim = max(set(tmp_path.glob(f"*{doctier.SUFFIX}")) - probed, key=lambda p: p.stat().st_size)  # a document of the requests
+        data = victim.read_bytes()
+        at = (8 + int.from_bytes(data[:8], "little") + len(data)) // 2
+        victim.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
+        doccache.forget(lm.model)  # a second server's process: a cache of its own, the same folder
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+            warnings.simplefilter("always")
+            got, metrics = answers(lm, bodies, cache_mb=16, cache_dir=str(tmp_path))
+        assert got == want
+        counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("setllm_document_cache")}
+        assert counts["setllm_document_cache_disk_refused"] == 1
+        said = [str(w.message) for w in caught] + [r.getMessage() for r in caplog.records]
+        assert any(f"refused {victim}" in m and "damaged" in m for m in said)
+        assert victim.read_bytes() == data  # computed again, the same bits, and the file replaced
+    finally:
+        doccache.forget(lm.model)
+
+
+def test_the_start_up_lines_name_the_answer_reading_and_where_its_documents_are_kept(tmp_path):
+    from setllm.serve.app import create_app
+    from setllm.serve.config import ServeConfig
+    from setllm.serve.server import documents_line
+
+    def line(lm, **config):
+        try:
+            return documents_line(create_app(lm, ServeConfig(batch_check=False, **config)).state.service)
+        finally:
+            doccache.forget(lm.model)
+
+    sbp = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    assert line(sbp) == "setllm serve: /v1/answer: adapter none, variant sbp; document cache 512 MB in memory"
+    assert line(sbp, cache_mb=16, cache_dir=str(tmp_path), cache_dir_mb=100) == (
+        f"setllm serve: /v1/answer: adapter none, variant sbp; document cache 16 MB in memory, up to 100 MB on disk in {tmp_path}")
+    assert line(sbp, cache_mb=0) == "setllm serve: /v1/answer: adapter none, variant sbp; document cache off (--cache-mb 0)"
+    assert line(SetLLM(tiny_model("llama"), tiny_tokenizer())) == (
+        "setllm serve: /v1/answer: adapter none, variant setmask-setpe; documents read afresh (the setmask-setpe reading lets each see the question)")

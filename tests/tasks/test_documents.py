@@ -232,31 +232,37 @@ def test_answer_api_is_order_free(sharp):
     assert lm.answer(d, ROW["question"], max_new_tokens=4) == lm.answer(d[::-1], ROW["question"], max_new_tokens=4)
 
 
-def test_documents_default_to_the_shipped_documents_adapter():
-    from setllm import LoadOptions
-    from setllm.api import default_adapter
-
-    documents = default_adapter("documents")
-    assert documents is not None and documents.endswith("smollm2-135m-documents")
-    assert documents not in (default_adapter("choose"), default_adapter("judge"))
-    assert LoadOptions().adapter_path("documents") == documents
-    assert LoadOptions(variant="causal-pe").adapter_path("documents") is None  # the base model: no adapter
-
-
-def test_documents_under_sbp_default_to_the_adapter_trained_for_sbp():
-    """sbp, the reading whose documents are cached, has a documents adapter of its own; its
-    other kinds of task and canonical still read the base model as it is."""
+def test_documents_default_to_sbp_with_its_documents_adapter():
+    """Documents are read by default under sbp, with the adapter trained for it (the reading that
+    answers the held-out lists best and caches); the setmask-setpe documents adapter stays a
+    variant's name away; its other kinds of task and canonical read the base model under sbp."""
     from setllm import LoadOptions
     from setllm.api import default_adapter
     from setllm.loading.options import recorded
 
-    sbp = default_adapter("documents", "sbp")
-    assert sbp is not None and sbp.endswith("smollm2-135m-documents-sbp") and sbp != default_adapter("documents")
-    assert recorded(None, sbp).variant == "sbp"  # trained under the reading it is loaded for
-    assert LoadOptions(variant="sbp").adapter_path("documents") == sbp
+    documents = default_adapter("documents")
+    assert documents is not None and documents.endswith("smollm2-135m-documents-sbp")
+    assert documents not in (default_adapter("choose"), default_adapter("judge"))
+    assert LoadOptions().adapter_path("documents") == documents == default_adapter("documents", "sbp")
+    assert recorded(None, documents).variant == "sbp"  # trained under the reading it is loaded for
+    assert LoadOptions().planned_reading("documents")["variant"] == "sbp"
+    assert LoadOptions(variant="sbp").adapter_path("documents") == documents
+    assert LoadOptions(variant="causal-pe").adapter_path("documents") is None  # the base model: no adapter
     assert LoadOptions(variant="sbp").adapter_path("choose") is None
     assert LoadOptions(variant="canonical").adapter_path("documents") is None
     assert LoadOptions(variant="sbp", adapter="none").adapter_path("documents") is None
+
+
+def test_the_setmask_setpe_documents_adapter_is_a_variant_away():
+    from setllm import LoadOptions
+    from setllm.api import default_adapter
+    from setllm.loading.options import recorded
+
+    setmask = LoadOptions(variant="setmask-setpe").adapter_path("documents")
+    assert setmask is not None and setmask.endswith("smollm2-135m-documents") and setmask == default_adapter("documents", "setmask-setpe")
+    assert recorded(None, setmask).variant == "setmask-setpe"
+    assert LoadOptions(variant="prefix-setpe").adapter_path("documents") == setmask  # a trained variant: the one trained under one
+    assert LoadOptions(variant="setmask-setpe").adapter_path("choose") == default_adapter("choose")
 
 
 # -- CLI ------------------------------------------------------------------------------------

@@ -52,8 +52,8 @@ def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namesp
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print("error: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130
 
 
@@ -281,7 +281,12 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
             left = _fitting(lm, left, fit, read, args.skip_bad)
         read.warn(args.input)
         if left:
-            jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows), by=by, settings=settings)
+            try:
+                jsonl_job.run(left, args.output, make_answer(lm, left), lm.batch_size, args.progress, total=len(read.rows), by=by, settings=settings)
+            except KeyboardInterrupt:
+                saved = len(read.rows) - len(jsonl_job.todo(read.rows, args.output, False, by, settings, verb))
+                raise KeyboardInterrupt(f"{saved} of {len(read.rows)} rows are saved in {args.output}; "
+                                        "run the same command again to resume") from None
     else:
         read.warn(args.input)
     skipped = f", {len(read.skipped)} skipped as bad" if read.skipped else ""

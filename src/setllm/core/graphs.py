@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
+from .owner import active_adapters, owner
 
 Fn = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
@@ -143,31 +144,22 @@ def enable(model, runner=None) -> Graphs:
     """Capture ``model``'s scoring forwards in CUDA graphs from now on (installed once, when the
     model is loaded, as :mod:`setllm.core.install` installs the linears). Refused on a model not
     on CUDA unless a ``runner`` is given (tests: :class:`EagerRunner`)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if runner is None and model.device.type != "cuda":
         raise InputError(f"cuda_graphs needs a model on CUDA; this one is on {model.device.type} (leave cuda_graphs off)")
-    graphs = Graphs(runner)
-    base._setllm_graphs = graphs
+    graphs = owner(model).graphs = Graphs(runner)
     return graphs
 
 
 def disable(model) -> None:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    base.__dict__.pop("_setllm_graphs", None)
+    owner(model).graphs = None
 
 
 def of(model) -> Graphs | None:
     """The model's :class:`Graphs`, or None when the switch is off."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(base, "_setllm_graphs", None)
+    return owner(model).graphs
 
 
 def adapter_key(model) -> tuple:
-    """What of a PEFT model's state decides which modules run: its active adapters, and whether
-    its adapter layers are disabled (:class:`setllm.AdapterBank` reads the base model so)."""
-    if not hasattr(model, "get_base_model"):
-        return ()
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
-    return tuple(model.active_adapters), bool(layer is not None and layer.disable_adapters)
+    """What of a PEFT model's state decides which modules run: the adapters it runs now
+    (none where its adapter layers are off, as :class:`setllm.AdapterBank` reads the base model)."""
+    return active_adapters(model)

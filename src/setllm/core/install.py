@@ -21,13 +21,14 @@ Shapes: M rows, R the plan's rows per block, in/out the layer's widths.
 from __future__ import annotations
 
 import contextvars
-import threading
 import types
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from .owner import owner, weights
 
 PREFIX = "setllm:"
 
@@ -45,17 +46,16 @@ class RowPlan:
 _ROWS: contextvars.ContextVar[RowPlan | None] = contextvars.ContextVar("setllm_rows", default=None)
 # The call's attention: a function with transformers' attention signature, or None (the model's own).
 _ATTENTION: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("setllm_attention", default=None)
-_lock = threading.Lock()  # install once, even when two threads wrap one model at the same time
 
 
 def install(model) -> None:
     """Install setllm's linear layers and attention on ``model`` (a PEFT wrapper or a
     transformers model), once; a model already installed is left as it is. (A model whose
     attention implementation its owner switched after it was wrapped is installed again.)"""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(base, "_setllm_installed", False) and base.config._attn_implementation.startswith(PREFIX):
+    base, state = weights(model), owner(model)
+    if state.installed and base.config._attn_implementation.startswith(PREFIX):
         return  # installed (checked without the lock: calls pass here)
-    with _lock:
+    with state.lock:
         from transformers.pytorch_utils import Conv1D
 
         for m in base.modules():
@@ -64,7 +64,7 @@ def install(model) -> None:
         own = base.config._attn_implementation
         if not own.startswith(PREFIX):  # also after a caller switched the model's own implementation
             base.set_attn_implementation(register(own))
-        base._setllm_installed = True
+        state.installed = True
 
 
 def own_attention(config) -> str:

@@ -21,6 +21,7 @@ from .families import default_attention
 from .fit import check_length, layer_windows
 from .kvcache import cache_kwarg
 from .masks import TokenLayout, render, variant_mask
+from .owner import owner, weights
 from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
 
 
@@ -106,7 +107,7 @@ def _step_mask(model, layout: TokenLayout, impl: str):
 
 def use_auto_attention(model) -> None:
     """Mark a model loaded with sdpa as ``attn="auto"`` (see :data:`LONG_PROMPT_TOKENS`)."""
-    model._setllm_auto_attention = True
+    owner(model).auto_attention = True
 
 
 @contextmanager
@@ -115,7 +116,7 @@ def attention_implementation(model, name: str):
     benchmarks and tests that compare implementations on one model's weights: it changes the
     model, so no call of setllm uses it (a call picks its attention through
     :func:`setllm.core.install.attention`)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = weights(model)
     before = base.config._attn_implementation
     installed = before.startswith(install.PREFIX)
     base.set_attn_implementation(install.register(name) if installed else name)
@@ -131,7 +132,7 @@ def uses_flex(model, q_len: int) -> bool:
     impl = install.own_attention(model.config)
     if impl == "flex_attention":
         return True
-    auto = getattr(model, "_setllm_auto_attention", False) and impl == "sdpa"
+    auto = owner(model).auto_attention and impl == "sdpa"
     return auto and q_len >= FLEX_FROM.get(model.device.type, 2**62)
 
 

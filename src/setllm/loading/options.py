@@ -99,9 +99,11 @@ class LoadOptions:
     def adapter_path(self, kind: str = "choose") -> str | None:
         """The adapter to load. ``auto``: the one shipped for ``kind`` of task
         (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
-        order-invariant variant; under a training-free one (``sbp``, ``canonical``) only one
-        trained for that reading (``sbp`` documents), else the base model as it is; the base
-        model is the model without it."""
+        order-invariant variant: with none named, the kind's default (for documents the ``sbp``
+        one, which reads under ``sbp``); a trained variant named, the kind's adapter trained
+        under one (documents: the ``setmask-setpe`` one); a training-free one named (``sbp``,
+        ``canonical``), only one trained for that reading (``sbp`` documents), else the base
+        model as it is; the base model is the model without it."""
         if self.adapter != "auto":
             return None if self.adapter == "none" else self.adapter
         variant = None if self.variant is None else get_variant(self.variant)
@@ -109,7 +111,7 @@ class LoadOptions:
             return None
         if variant is not None and variant.training_free:
             return default_adapter(kind, variant.name)
-        return default_adapter(kind) or default_adapter("choose")
+        return default_adapter(kind, None if variant is None else variant.name) or default_adapter("choose")
 
     def sources(self, kind: str = "choose"):
         """``(model, adapter, info)``: the model to load (None: the embedded one), the adapter

@@ -72,8 +72,8 @@ async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
 async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     """Answer a question from documents read as one set (greedy, up to a newline: SetLLM.answer)."""
     service = service_of(request)
-    text, model = await service.answer(body.documents, body.question, body.max_new_tokens, body.adapter, body.variant)
-    return AnswerResponse(answer=text, **service.reading(body.adapter, model, body.variant))
+    text, model, variant = await service.answer(body.documents, body.question, body.max_new_tokens, body.adapter, body.variant)
+    return AnswerResponse(answer=text, **service.reading(body.adapter, model, variant))
 
 
 @router.get("/health")

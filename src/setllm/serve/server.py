@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import uvicorn
 
+from ..core import doccache
+from ..core.variants import get_variant
 from ..errors import InputError
 from .config import ServeConfig
 from .service import Service
@@ -81,6 +83,24 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+def documents_line(service: Service) -> str:
+    """Who answers ``/v1/answer`` (adapter and variant) and where its documents are kept."""
+    key = service.answer_default(None)
+    reader = service.models[service.aliases.get(key, key)]  # a model, or a DeferredModel not loaded yet
+    origin = reader.origin
+    variant = reader.variant.name if hasattr(reader, "variant") else (origin.trained_as.variant or service.lm.variant.name)
+    cache, problem = service.documents, doccache.variant_problem(get_variant(variant))
+    if problem is not None:
+        kept = f"documents read afresh (the {variant} reading lets each see the question)"
+    elif cache is None:
+        kept = "document cache off (--cache-mb 0)"
+    else:
+        kept = f"document cache {cache.max_bytes / 1e6:g} MB in memory"
+        if cache.disk is not None:
+            kept += f", up to {cache.disk.max_bytes / 1e6:g} MB on disk in {cache.disk.directory}"
+    return f"setllm serve: /v1/answer: adapter {origin.adapter or 'none'}, variant {variant}; {kept}"
+
+
 def drain_limit(config: ServeConfig) -> float:
     """How long a stop waits for accepted requests: ``--drain-s``, else as long as any
     request may take (``--timeout-s``) plus a little for its answer to go out."""
@@ -103,7 +123,7 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
 
     def announce() -> str:  # after start-up: the batching check has run
         return (f"setllm serve: {service.model_name}, adapter {lm.origin.adapter or 'none'}, variant {lm.variant.name}"
-                f"{' (exact)' if lm.exact else ''}{judge}\nsetllm serve: listening on {url} ({where})\n"
+                f"{' (exact)' if lm.exact else ''}{judge}\n{documents_line(service)}\nsetllm serve: listening on {url} ({where})\n"
                 f"setllm serve: batching {service.batching} (up to {service.batcher.max_batch_size} requests per forward); Ctrl-C stops")
 
     uv = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http="h11", loop="asyncio")

@@ -97,7 +97,9 @@ class Service:
         adapter: :meth:`setllm.SetLLM.documents_reader`), loaded by the first ``/v1/answer``;
         none where an adapter is served as ``documents`` or the model reads documents itself."""
         origin = getattr(self.lm, "answers_with", None)
-        return [] if DOCUMENTS in self.adapters or origin is None else [(DOCUMENTS, DeferredModel(origin, self.lm.documents_reader))]
+        if DOCUMENTS in self.adapters or origin is None:
+            return []
+        return [(DOCUMENTS, DeferredModel(origin, functools.partial(self.lm.documents_reader, say=False)))]  # the start-up lines say it
 
     def engine_key(self, name: str | None, default: str = "main", variant: str | None = None) -> str:
         """The engine that reads a request naming ``name``: None, the served model's name or
@@ -197,14 +199,17 @@ class Service:
         return verdict(scores, list(row.candidates)).ranking, scores
 
     async def answer(self, documents: Sequence[str], question: str, max_new_tokens: int,
-                     adapter: str | None = None, variant: str | None = None) -> tuple[str, str]:
+                     adapter: str | None = None, variant: str | None = None) -> tuple[str, str, str | None]:
         """The answer to ``question`` from ``documents`` (the library's request,
-        :func:`setllm.verbs.answer`), and the engine that read it: with no ``adapter`` named,
-        the documents reading :meth:`setllm.SetLLM.answer` reads with (:meth:`answer_default`)."""
+        :func:`setllm.verbs.answer`), the engine that read it and the variant it was read
+        under (None: the engine's own): with no ``adapter`` named, the documents reading
+        :meth:`setllm.SetLLM.answer` reads with (:meth:`answer_default`)."""
         request = verbs.answer(documents, question, max_new_tokens)
         default = self.answer_default(variant)
+        if adapter is None and default == DOCUMENTS:
+            variant = None  # the main reading's own variant named: the documents reading reads as it was trained (sbp), as the library's
         out = await self.generate(request.prompt, request.config, adapter=adapter, variant=variant, default=default)
-        return request.text(out.text), default
+        return request.text(out.text), default, variant
 
     def answer_default(self, variant: str | None) -> str:
         """The model that answers documents for a request naming no adapter, as
@@ -282,6 +287,7 @@ class Service:
                 "setllm_document_cache_disk_hits": ("Document pieces found on disk (--cache-dir).", lambda: stat().disk_hits),
                 "setllm_document_cache_disk_writes": ("Document pieces written to disk.", lambda: stat().disk_writes),
                 "setllm_document_cache_disk_refused": ("Damaged or foreign files refused (and computed again).", lambda: stat().disk_refused),
+                "setllm_document_cache_disk_check_seconds": ("Seconds spent verifying the files read (checksums).", lambda: stat().disk_check_s),
                 "setllm_document_cache_disk_evictions": ("Files pushed out of the folder by newer ones.", lambda: stat().disk_evictions),
                 "setllm_document_cache_disk_bytes": ("Bytes of the files the folder holds.", lambda: stat().disk_bytes),
                 "setllm_document_cache_disk_max_bytes": ("The folder's bound in bytes (--cache-dir-mb).", lambda: stat().disk_max_bytes)}

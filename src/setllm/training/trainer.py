@@ -22,6 +22,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..core.owner import weights
 from ..core.runtime import forward
 from ..core.variants import Variant
 from .collator import IGNORE, layout_of
@@ -39,8 +40,7 @@ class _Forwarder:
 
     def get_base_model(self):
         """The transformers model inside, where setllm's layers are installed (:func:`setllm.core.install.install`)."""
-        inner = self._inner
-        return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+        return weights(self._inner)
 
     def __call__(self, **kwargs):
         return self._wrapped(**kwargs)

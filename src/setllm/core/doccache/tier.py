@@ -1,19 +1,25 @@
 """The document cache's disk tier: each piece's keys and values in a folder, one safetensors
-file a piece, found again by the key the memory cache uses (weights, adapter, variant, prefix
-tokens, element tokens), so a restarted process, or another one sharing the folder, reads a
-document it has read before from disk instead of computing it.
+file a piece, found again by the key the memory cache uses (:class:`setllm.core.doccache.keys.PieceKey`:
+weights, adapters, variant, dtype, tokenizer, prefix tokens, element tokens), so a restarted
+process, or another one sharing the folder, reads a document it has read before from disk
+instead of computing it.
 
-- A file is named by a hash of its key and holds the whole key in its metadata: a file whose
-  key, format or tensors are not what the key says (foreign: another model's, another
-  version's; damaged; truncated) is refused with one warning and the piece computed again,
-  never read.
+- **Every byte is checked before it is used.** A file holds its whole key and a SHA-256 of
+  that key, its tensors' header entries (names, dtypes, shapes, offsets) and all of its
+  tensor data. A read verifies the format, the key and the checksum before a tensor is made:
+  a file whose bytes are not what was written (a flipped bit, data overwritten with other
+  values of the same size, a truncated tail) or that was written for another key (two files
+  swapped, another model's or adapter's piece copied over, an older format) is refused with
+  one warning naming it, counted (``refused``), and the piece computed again and written
+  anew. Nothing unverified reaches memory or an answer, in any process sharing the folder.
+  Checking costs one SHA-256 pass over the file (``check_s`` counts it).
 - A file is written to a temporary name in the folder, then renamed (:func:`os.replace`, atomic
   on one file system): a process sharing the folder sees the whole file or none.
 - The folder is bounded by bytes (the files' sizes on disk), least recently used out (a file
   found is touched, so a restart's scan knows the order). The bound holds for what this
   process writes and reads; files another process writes count once this one reads them.
 
-Shapes: as :mod:`setllm.core.doccache` (``(k [1, Hkv, n, d], v)`` per layer).
+Shapes: as :mod:`setllm.core.doccache.store` (``(k [1, Hkv, n, d], v)`` per layer).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import uuid
 import warnings
 from collections import OrderedDict
@@ -29,11 +36,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load as load_tensors
-from safetensors.torch import save_file
+from safetensors.torch import save as save_tensors
 
-from ..errors import SetLLMWarning
+from ...errors import SetLLMWarning
+from .keys import FORMAT, PieceKey
 
-FORMAT = "setllm-document-piece/1"
 SUFFIX = ".safetensors"
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -49,6 +56,7 @@ class DiskTier:
         self._lock = threading.Lock()
         self._files: OrderedDict[str, int] = OrderedDict()  # name -> bytes, least recently used first
         self.hits = self.writes = self.refused = self.evictions = self.bytes = 0
+        self.check_s = 0.0  # seconds spent verifying checksums
         found = []
         for path in self.directory.glob(f"*{SUFFIX}"):
             try:
@@ -62,7 +70,7 @@ class DiskTier:
         with self._lock:
             self._evict()
 
-    def get(self, key: tuple) -> Layers | None:
+    def get(self, key: PieceKey) -> Layers | None:
         """The piece under ``key``, or None where there is none or its file is refused."""
         name = file_name(key)
         path = self.directory / name
@@ -72,8 +80,10 @@ class DiskTier:
             with self._lock:
                 self._forget(name)
             return None
+        start = time.perf_counter()
         why, layers = _parse(data, key)
         with self._lock:
+            self.check_s += time.perf_counter() - start
             if why is not None:
                 self.refused += 1
                 self._forget(name)
@@ -93,17 +103,16 @@ class DiskTier:
             pass
         return layers
 
-    def put(self, key: tuple, layers: Layers) -> None:
+    def put(self, key: PieceKey, layers: Layers) -> None:
         """Write ``layers`` under ``key`` once (a piece larger than the bound is not written)."""
         name = file_name(key)
         with self._lock:
             if name in self._files:
                 return
-        tensors = {f"{kind}{i}": t.detach().contiguous().cpu() for i, pair in enumerate(layers) for kind, t in zip("kv", pair)}
         path = self.directory / name
         temp = self.directory / f".{name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
         try:
-            save_file(tensors, str(temp), metadata={"format": FORMAT, "key": key_text(key), "layers": str(len(layers))})
+            _write_file(temp, _encode(key, layers))
             size = temp.stat().st_size
             if size > self.max_bytes:
                 temp.unlink()
@@ -145,17 +154,43 @@ class DiskTier:
             (self.directory / name).unlink(missing_ok=True)
 
 
-def key_text(key: tuple) -> str:
-    """``key`` as text (strings, None and tuples of token ids: the same text in any process)."""
-    return json.dumps(key, separators=(",", ":"))
+def file_name(key: PieceKey) -> str:
+    return key.digest()[:40] + SUFFIX
 
 
-def file_name(key: tuple) -> str:
-    return hashlib.sha256(key_text(key).encode()).hexdigest()[:40] + SUFFIX
+def _encode(key: PieceKey, layers: Layers) -> list:
+    """The bytes of ``key``'s file, in chunks: safetensors' layout, with the key and the
+    checksum of everything a reader will use in its metadata."""
+    tensors = {f"{kind}{i}": t.detach().contiguous().cpu() for i, pair in enumerate(layers) for kind, t in zip("kv", pair)}
+    raw = save_tensors(tensors, metadata={"format": FORMAT, "key": key.text(), "layers": str(len(layers))})
+    n = int.from_bytes(raw[:8], "little")
+    header, data = json.loads(raw[8 : 8 + n]), memoryview(raw)[8 + n :]
+    header["__metadata__"]["sha256"] = _checksum(header, data)
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()  # the same bytes for the same piece, in any process
+    head += b" " * (-len(head) % 8)  # safetensors aligns the data that follows its header to 8 bytes
+    return [len(head).to_bytes(8, "little"), head, data]
 
 
-def _parse(data: bytes, key: tuple) -> tuple[str | None, Layers | None]:
-    """``(why the file is refused, None)`` or ``(None, its layers)``."""
+def _write_file(path: Path, chunks: list) -> None:
+    with open(path, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+
+
+def _checksum(header: dict, data) -> str:
+    """SHA-256 of the key, the tensors' header entries and the tensor data: every byte a
+    read turns into the piece (the metadata's other fields are checked as values)."""
+    meta = header["__metadata__"]
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    h = hashlib.sha256(f"{meta.get('format')}\0{meta.get('key')}\0{meta.get('layers')}\0".encode())
+    h.update(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode() + b"\0")
+    h.update(data)
+    return h.hexdigest()
+
+
+def _parse(data: bytes, key: PieceKey) -> tuple[str | None, Layers | None]:
+    """``(why the file is refused, None)`` or ``(None, its layers)``: format, key and
+    checksum verified before any tensor is made."""
     if len(data) < 8:
         return "truncated: no header", None
     n = int.from_bytes(data[:8], "little")
@@ -171,14 +206,15 @@ def _parse(data: bytes, key: tuple) -> tuple[str | None, Layers | None]:
         return "truncated: shorter than its header says", None
     if meta.get("format") != FORMAT:
         return f"foreign: format {meta.get('format')!r}, not {FORMAT!r}", None
-    if meta.get("key") != key_text(key):
+    if meta.get("key") != key.text():
         return "foreign: written for another model, adapter, variant or text", None
+    if len(data) != end or meta.get("sha256") != _checksum(header, memoryview(data)[8 + n :]):
+        return "damaged: its bytes do not match its checksum", None
     try:
         tensors = load_tensors(data)
         layers = [(tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(int(meta["layers"]))]
     except Exception as e:  # safetensors says what is wrong in its own exception types
         return f"damaged: {type(e).__name__}: {e}", None
-    n_tokens = len(key[-1])
-    if len(tensors) != 2 * len(layers) or any(t.dim() != 4 or t.shape[2] != n_tokens for pair in layers for t in pair):
+    if len(tensors) != 2 * len(layers) or any(t.dim() != 4 or t.shape[2] != key.n_tokens for pair in layers for t in pair):
         return "damaged: its tensors do not hold the piece's tokens", None
     return None, layers

@@ -1,44 +1,7 @@
-"""Documents read once: exact, order-free KV caches of a set's elements under Set-Based
-Prompting (``variant="sbp"``).
-
-Under ``sbp`` attention is causal, elements of one set do not see each other, and every
-element's positions start at the set's start. So an element's keys and values depend only on
-the text before its set and on the element itself: computed once, they are the keys and
-values it has in any set of documents, in any order, behind the same prefix. A prompt
-``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
-element not cached yet on the prefix's cache alone, every element's cached keys and values
-laid out in the prompt's order, then the suffix on them. Generated tokens go on from there
-as after a prefill (:func:`prefill`); options to score run in the suffix's own forward, and
-the questions of many requests in one packed forward (:func:`score`), so a question over
-cached documents costs its own tokens' share of one forward.
-
-What is equal to what:
-
-- a cached reading and one with the cache off: the same bits, by construction. Every reading
-  that can reuse documents computes through a cache (with it off, a scratch one dropped after
-  the call: :meth:`DocumentCache.scratch`), and a piece is computed one way only: the prefix
-  in a forward of its own, the missing elements of a call in packed forwards
-  (:func:`_compute_elements`) in which each has an attention block whose shape its prefix and
-  itself fix and the linear layers multiply fixed row blocks. So an element's keys and values
-  are the same bits computed alone, among others, earlier, or read back from disk;
-- such a reading and the scoring driver's one forward over the whole prompt
-  (:func:`setllm.core.scoring.prefill`): equal up to float rounding (other shapes, other
-  kernels; within 1e-5 in fp32: tests/core/test_doccache.py);
-- two cached readings of one set in any order: the same bits, as exact mode sorts the elements
-  (the same pieces, the same forwards), and an element's cached keys are the same tensors
-  whatever set it came in;
-- a scored request alone and among others: the same bits (:func:`score` packs requests as the
-  scoring driver does: fixed row blocks, an attention block per request).
-
-Prompt-bidirectional variants (``setmask-*``, ``prefix-*``) cannot reuse a document (it sees
-the question), and neither can canonical order or the causal readings (an element sees the
-ones before it): those read as before (:func:`unusable` says why).
-
-The cache is bounded by bytes (the keys and values it holds, counted exactly), least recently
-used out, and keyed by the weights, the adapter, the variant, the prefix's tokens and the
-element's tokens; under ``sbp`` one of :data:`DEFAULT_MB` is on by default (:func:`for_reading`).
-The weights' fingerprint is taken again after any in-place write to a parameter (training).
-With a folder, pieces are also kept on disk (:mod:`setllm.core.doctier`).
+"""A prompt with one set read through the document cache under ``sbp``: each piece (the text
+before the set, each element) from the store or computed once, as it would be alone, then the
+text after the set, the options and generated tokens on those pieces (the package docstring
+says what is equal to what).
 
 Shapes: Hkv key heads, n tokens, d head size; a piece's keys and values are one
 ``(k [1, Hkv, n, d], v)`` pair per layer.
@@ -46,247 +9,31 @@ Shapes: Hkv key heads, n tokens, d head size; a piece's keys and values are one
 
 from __future__ import annotations
 
-import math
-import os
-import sys
-import threading
 import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from ..errors import InputError
-from . import packed_attention
-from .batch import collate, continuation_layout, round_up
-from .doctier import DiskTier
-from .encoding import EncodedPrompt
-from .fingerprint import weights_fingerprint
-from .fit import sliding_window
-from .kvcache import new_cache, output_cache
-from .masks import TokenLayout
-from .runtime import forward
-from .scoring import (
+from .. import packed_attention
+from ..batch import collate, continuation_layout, round_up
+from ..encoding import EncodedPrompt
+from ..fit import sliding_window
+from ..kvcache import new_cache, output_cache
+from ..masks import TokenLayout
+from ..runtime import forward
+from ..scoring import (
     OPTION_BUCKET,
     PROMPT_BUCKET,
     fixed_rows,
     option_scores,
     packed_forward,
 )
-from .variants import Variant
+from ..variants import Variant
+from .keys import PieceKey, ReadingKey
+from .store import DocumentCache, Layers
 
-Layers = list[tuple[torch.Tensor, torch.Tensor]]
 GROUP_TOKENS = 2048  # most tokens (prefixes and elements) in one forward computing missing elements
-
-
-DEFAULT_MB = 512.0  # the memory cache's size when none is asked for: ~11,000 tokens of the embedded model's keys and values
-DEFAULT_DISK_MB = 2048.0  # the disk tier's bound when a folder is given without one
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    """What a :class:`DocumentCache` did: lookups that found a piece (``hits``, in memory or
-    on disk) or computed it (``misses``), pieces pushed out of memory (``evictions``), and
-    what memory holds now; with a disk tier, the pieces found on disk (``disk_hits``),
-    written there (``disk_writes``), files refused, pushed out, and the folder's bytes."""
-
-    hits: int
-    misses: int
-    evictions: int
-    bytes: int
-    entries: int
-    max_bytes: int
-    computed_tokens: int = 0  # tokens of the pieces computed (misses)
-    computed_s: float = 0.0  # seconds spent computing them
-    reused_tokens: int = 0  # tokens of the pieces found (hits)
-    disk_hits: int = 0
-    disk_writes: int = 0
-    disk_refused: int = 0
-    disk_evictions: int = 0
-    disk_bytes: int = 0
-    disk_entries: int = 0
-    disk_max_bytes: int = 0
-
-    @property
-    def saved_s(self) -> float:
-        """An estimate of the seconds the hits saved: their tokens at the rate the misses
-        were computed (0 before any miss)."""
-        return self.reused_tokens * self.computed_s / self.computed_tokens if self.computed_tokens else 0.0
-
-
-def megabytes(name: str, value) -> float:
-    """``value`` checked as a size in MB (a number >= 0; 0: off)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(f"{name} must be a number of megabytes >= 0 (0: off), got {value!r}")
-    return float(value)
-
-
-class DocumentCache:
-    """Keys and values of prompt pieces (a set's prefix, each element), at most ``max_mb``
-    megabytes (10**6 bytes) of tensors in memory, least recently used out; with a
-    ``directory``, also on disk there (:mod:`setllm.core.doctier`), at most ``disk_mb``.
-    Safe to share between threads. ``warn``: say once where a reading cannot use it (a cache
-    asked for by name; not the default one)."""
-
-    def __init__(self, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
-                 warn: bool = True):
-        if megabytes("max_mb", max_mb) == 0:
-            raise InputError("max_mb must be > 0 for a cache (0: no cache, as SetLLM.cache_documents(0) says)")
-        self.max_bytes = int(max_mb * 1e6)
-        self.warn = warn
-        self.disk = DiskTier(directory, int(megabytes("disk_mb", disk_mb) * 1e6)) if directory is not None else None
-        self._pieces: OrderedDict[tuple, tuple[Layers, int]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = self.misses = self.evictions = self.bytes = 0
-        self.computed_tokens = self.reused_tokens = 0
-        self.computed_s = 0.0
-
-    @classmethod
-    def scratch(cls) -> DocumentCache:
-        """A cache for one call, dropped after it: what a reading with the cache off computes
-        through, so that it is the cached reading's computation (module docstring)."""
-        cache = cls(warn=False)
-        cache.max_bytes = sys.maxsize
-        return cache
-
-    def get(self, key: tuple) -> Layers | None:
-        with self._lock:
-            found = self._pieces.get(key)
-            if found is not None:
-                self._pieces.move_to_end(key)
-                self.hits += 1
-                self.reused_tokens += found[0][0][0].shape[2]
-                return found[0]
-        layers = self.disk.get(key) if self.disk is not None else None
-        with self._lock:
-            if layers is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self.reused_tokens += layers[0][0].shape[2]
-            self._keep(key, layers)
-            return layers
-
-    def reused(self, n_tokens: int) -> None:
-        """Count a hit of ``n_tokens`` not looked up again (a piece twice in one call)."""
-        with self._lock:
-            self.hits += 1
-            self.reused_tokens += n_tokens
-
-    def put(self, key: tuple, layers: Layers, seconds: float = 0.0) -> None:
-        """Keep ``layers`` under ``key`` (``seconds``: what computing them took), in memory
-        and, with a disk tier, on disk."""
-        with self._lock:
-            self.computed_tokens += layers[0][0].shape[2]
-            self.computed_s += seconds
-            self._keep(key, layers)
-        if self.disk is not None:
-            self.disk.put(key, layers)
-
-    def _keep(self, key: tuple, layers: Layers) -> None:
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
-        if key in self._pieces or size > self.max_bytes:
-            return  # a piece larger than the whole cache is computed, used and not kept
-        self._pieces[key] = (layers, size)
-        self.bytes += size
-        self._evict()
-
-    def _evict(self) -> None:
-        while self.bytes > self.max_bytes:
-            _, (_, dropped) = self._pieces.popitem(last=False)
-            self.bytes -= dropped
-            self.evictions += 1
-
-    def resize(self, max_mb: float) -> None:
-        """A new bound in memory, least recently used out down to it."""
-        with self._lock:
-            self.max_bytes = int(max_mb * 1e6)
-            self._evict()
-
-    def clear(self) -> None:
-        """Forget every piece in memory (and on disk, with a disk tier)."""
-        with self._lock:
-            self._pieces.clear()
-            self.bytes = 0
-        if self.disk is not None:
-            self.disk.clear()
-
-    def stats(self) -> CacheStats:
-        with self._lock:
-            d = self.disk
-            disk = (d.hits, d.writes, d.refused, d.evictions, d.bytes, d.entries, d.max_bytes) if d is not None else ()
-            return CacheStats(self.hits, self.misses, self.evictions, self.bytes, len(self._pieces), self.max_bytes,
-                              self.computed_tokens, self.computed_s, self.reused_tokens, *disk)
-
-
-_attached: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights -> their cache, or None: off
-_fingerprints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights -> the model whose cache they read through
-
-
-def share(model, owner) -> None:
-    """``model`` reads through ``owner``'s document cache from now on, whatever it is attached
-    or resized to later: the documents reader :meth:`setllm.SetLLM.answer` loads beside a model
-    answers through the cache its owner was given (``cache_documents``, ``--cache-dir``). A
-    piece's key names the weights, adapter and variant it was computed under, so the two
-    readings never read each other's pieces."""
-    _shared[_weights(model)] = owner
-
-
-def _cache_key(model):
-    """The weights whose cache ``model`` uses: its own, or its owner's (:func:`share`)."""
-    own = _weights(model)
-    owner = _shared.get(own)
-    return own if owner is None else _cache_key(owner)
-
-
-def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
-           warn: bool = True) -> DocumentCache | None:
-    """The document cache of ``model``'s weights (made, or resized, to ``max_mb``), shared by
-    every view of them (a PEFT wrapper and the model it wraps are one); ``max_mb=0``: none,
-    and none by default either (None). A ``directory`` other than the cache's makes a new
-    cache with that disk tier."""
-    max_mb, disk_mb = megabytes("max_mb", max_mb), megabytes("disk_mb", disk_mb)
-    key = _cache_key(model)
-    if max_mb == 0:
-        if directory is not None:
-            raise InputError("a document cache on disk needs one in memory too: max_mb > 0")
-        _attached[key] = None
-        return None
-    cache = _attached.get(key)
-    same_folder = cache is not None and (None if cache.disk is None else cache.disk.directory) == (None if directory is None else Path(directory).expanduser())
-    if not same_folder:
-        cache = _attached[key] = DocumentCache(max_mb, directory, disk_mb, warn)
-    else:
-        cache.resize(max_mb)
-        cache.warn = warn
-        if cache.disk is not None:
-            cache.disk.max_bytes = int(disk_mb * 1e6)
-    return cache
-
-
-def of(model) -> DocumentCache | None:
-    """``model``'s document cache, or None where none was attached (or it was switched off)."""
-    return _attached.get(_cache_key(model))
-
-
-def for_reading(model) -> DocumentCache:
-    """The cache a reading that can reuse documents computes through: the one attached to
-    ``model``'s weights; where none was ever attached, one of :data:`DEFAULT_MB` attached now
-    (on by default); where it was switched off, a :meth:`DocumentCache.scratch` one."""
-    key = _cache_key(model)
-    if key not in _attached:
-        return attach(model, DEFAULT_MB, warn=False)
-    return _attached[key] or DocumentCache.scratch()
-
-
-def _weights(model):
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def variant_problem(variant: Variant) -> str | None:
@@ -324,7 +71,7 @@ class _Pieces:
 
 
 def _pieces(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, object]], store: DocumentCache,
-            identity: tuple) -> list[tuple[Layers, list[int]]]:
+            reading: ReadingKey) -> list[tuple[Layers, list[int]]]:
     """For each ``(enc, batch)`` (``batch``: ``enc`` collated, or ``enc`` followed by more
     tokens: the pieces' indices are the same), the keys and values of ``enc`` up to its
     suffix (the prefix's, then each element's, joined) and the suffix's token indices. Each
@@ -334,10 +81,10 @@ def _pieces(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, obje
     for enc, batch in prompts:
         pieces = _Pieces.of(enc)
         prefix_ids = tuple(enc.input_ids[i] for i in pieces.prefix)
-        prefix = _prefix(model, variant, batch, pieces.prefix, store, (*identity, prefix_ids)) if prefix_ids else []
+        prefix = _prefix(model, variant, batch, pieces.prefix, store, PieceKey(reading, prefix_ids)) if prefix_ids else []
         keys = []
         for element in pieces.elements:
-            key = (*identity, prefix_ids, tuple(enc.input_ids[i] for i in element))
+            key = PieceKey(reading, prefix_ids, tuple(enc.input_ids[i] for i in element))
             keys.append(key)
             if key in wanted:  # again in this call: reused, as a later call would find it
                 store.reused(len(element))
@@ -442,7 +189,7 @@ def _compute_group(model, variant: Variant, group: Sequence[_Missing]) -> list[L
     return made
 
 
-def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, key: tuple) -> Layers:
+def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, key: PieceKey) -> Layers:
     """The keys and values of the prefix, from ``store`` or computed in a forward of its own."""
     found = store.get(key)
     if found is None:
@@ -454,27 +201,27 @@ def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, k
 
 
 @torch.no_grad()
-def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, batch=None):
+def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, reading: ReadingKey, batch=None):
     """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
     the next token ``[1, V]``, the same bits whatever ``store`` holds (module docstring; equal
-    to :func:`setllm.core.scoring.prefill`'s up to rounding). ``identity`` names the weights,
+    to :func:`setllm.core.scoring.prefill`'s up to rounding). ``reading`` names the weights,
     adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
     the caller has it."""
     batch = batch or collate([enc], variant.positions, 0)
-    [(parts, tail)] = _pieces(model, variant, [(enc, batch)], store, identity)
+    [(parts, tail)] = _pieces(model, variant, [(enc, batch)], store, reading)
     cache = _cache_of(parts)
     out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache, logits_to_keep=1)
     return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
 
 
-def score(model, variant: Variant, requests: Sequence, store: DocumentCache, identity: tuple) -> list[list]:
+def score(model, variant: Variant, requests: Sequence, store: DocumentCache, reading: ReadingKey) -> list[list]:
     """Every option of every request scored after its prompt's cached reading
     (:func:`read_options`): one ``TokenScore`` list per request."""
-    return [option_scores(first, rows, r.options) for (first, rows), r in zip(read_options(model, variant, requests, store, identity), requests)]
+    return [option_scores(first, rows, r.options) for (first, rows), r in zip(read_options(model, variant, requests, store, reading), requests)]
 
 
 @torch.no_grad()
-def read_options(model, variant: Variant, requests: Sequence, store: DocumentCache, identity: tuple) -> list[tuple]:
+def read_options(model, variant: Variant, requests: Sequence, store: DocumentCache, reading: ReadingKey) -> list[tuple]:
     """Every option of every request (:class:`setllm.core.scoring.ScoreRequest`) scored after
     its prompt's cached reading, all requests in one packed forward: each request's suffix and
     options are its tokens of that forward, and attend to its own cached pieces and to
@@ -487,7 +234,7 @@ def read_options(model, variant: Variant, requests: Sequence, store: DocumentCac
     tokens but its last ``[sum(n - 1), V]``, options in order (the same bits whatever
     ``store`` holds, as :func:`prefill`)."""
     asked = [collate([_followed_by_set(r.prompt, r.options)], variant.positions, 0) for r in requests]
-    read = _pieces(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, identity)
+    read = _pieces(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, reading)
     asks = [_Ask.of(b, parts, suffix, r.options) for r, b, (parts, suffix) in zip(requests, asked, read)]
     n_cached = sum(a.n_cached for a in asks)
     blocks, ids, pos, keep, c, t = [], [], [], [], 0, 0
@@ -561,28 +308,15 @@ def _followed_by_set(enc: EncodedPrompt, rows: Sequence[Sequence[int]]) -> Encod
     return EncodedPrompt([*enc.input_ids, *(t for r in rows for t in r)], [*enc.set_ids, *sets], [*enc.element_ids, *elements])
 
 
-def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, identity: tuple, config,
+def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, reading: ReadingKey, config,
              on_token=None) -> tuple[str, list[int]]:
     """Text and token ids generated after ``enc``'s cached reading, decoded as
     :func:`setllm.core.generation.generate_tokens` decodes a prompt alone."""
-    from .generation import generate_tokens
+    from ..generation import generate_tokens
 
     batch = collate([enc], variant.positions, 0)
-    made = prefill(model, variant, enc, store, identity, batch)
+    made = prefill(model, variant, enc, store, reading, batch)
     return generate_tokens(model, tokenizer, variant, batch, config, on_token, prefilled=made)[0]
-
-
-def identity(model, adapter, variant: Variant) -> tuple:
-    """What a cached piece was computed under: the weights (a sampled fingerprint, taken again
-    whenever a parameter was changed in place, as an optimizer step does), the adapter and the
-    variant."""
-    base = _weights(model)
-    version = sum(p._version for p in model.parameters())  # torch counts in-place writes to a tensor
-    known = _fingerprints.get(base)
-    if known is None or known[0] != version:
-        known = _fingerprints[base] = (version, weights_fingerprint(model))
-    active = getattr(model, "active_adapters", None)
-    return (known[1], str(adapter), repr(active) if active is not None else None, variant.name)
 
 
 def _compute(model, variant: Variant, ids, pos, layout: TokenLayout, before: Layers, span: range, before_span: range = range(0)) -> Layers:

@@ -1,0 +1,56 @@
+"""Documents read once: exact, order-free KV caches of a set's elements under Set-Based
+Prompting (``variant="sbp"``).
+
+Under ``sbp`` attention is causal, elements of one set do not see each other, and every
+element's positions start at the set's start. So an element's keys and values depend only on
+the text before its set and on the element itself: computed once, they are the keys and
+values it has in any set of documents, in any order, behind the same prefix. A prompt
+``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
+element not cached yet on the prefix's cache alone, every element's cached keys and values
+laid out in the prompt's order, then the suffix on them. Generated tokens go on from there
+as after a prefill (:func:`prefill`); options to score run in the suffix's own forward, and
+the questions of many requests in one packed forward (:func:`score`), so a question over
+cached documents costs its own tokens' share of one forward.
+
+What is equal to what:
+
+- a cached reading and one with the cache off: the same bits, by construction. Every reading
+  that can reuse documents computes through a cache (with it off, a scratch one dropped after
+  the call: :meth:`DocumentCache.scratch`), and a piece is computed one way only: the prefix
+  in a forward of its own, the missing elements of a call in packed forwards
+  (:func:`_compute_elements`) in which each has an attention block whose shape its prefix and
+  itself fix and the linear layers multiply fixed row blocks. So an element's keys and values
+  are the same bits computed alone, among others, earlier, or read back from disk;
+- such a reading and the scoring driver's one forward over the whole prompt
+  (:func:`setllm.core.scoring.prefill`): equal up to float rounding (other shapes, other
+  kernels; within 1e-5 in fp32: tests/core/test_doccache.py);
+- two cached readings of one set in any order: the same bits, as exact mode sorts the elements
+  (the same pieces, the same forwards), and an element's cached keys are the same tensors
+  whatever set it came in;
+- a scored request alone and among others: the same bits (:func:`score` packs requests as the
+  scoring driver does: fixed row blocks, an attention block per request).
+
+Prompt-bidirectional variants (``setmask-*``, ``prefix-*``) cannot reuse a document (it sees
+the question), and neither can canonical order or the causal readings (an element sees the
+ones before it): those read as before (:func:`unusable` says why).
+
+The cache is bounded by bytes (the keys and values it holds, counted exactly), least recently
+used out, and keyed by fields (:class:`.keys.PieceKey`: the base weights, each
+active adapter's name and weights, the variant, dtype and tokenizer, the prefix's tokens and the
+element's tokens); under ``sbp`` one of :data:`DEFAULT_MB` is on by default (:func:`for_reading`).
+The weights' fingerprint is taken again after any in-place write to a parameter (training).
+With a folder, pieces are also kept on disk (:mod:`.tier`).
+
+One job a module: :mod:`.store` (the memory store, one per model's weights), :mod:`.tier` (the
+disk tier), :mod:`.keys` (what names a piece), :mod:`.reading` (a prompt read through the
+store), :mod:`.options` (a command's cache flags).
+"""
+
+from .keys import PieceKey, ReadingKey, reading_key
+from .options import CacheOptions, reuse_line
+from .reading import generate, prefill, read_options, score, unusable, variant_problem
+from .store import DEFAULT_DISK_MB, DEFAULT_MB, CacheStats, DocumentCache, attach, for_reading, forget, megabytes, of, share
+
+__all__ = ["DEFAULT_DISK_MB", "DEFAULT_MB", "CacheOptions", "CacheStats", "DocumentCache", "PieceKey", "ReadingKey", "attach",
+           "for_reading", "forget", "generate", "megabytes", "of", "prefill", "read_options", "reading_key", "reuse_line", "score",
+           "share", "unusable", "variant_problem"]

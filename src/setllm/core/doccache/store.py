@@ -1,0 +1,223 @@
+"""The document cache's memory store: pieces' keys and values bounded by bytes, least recently
+used out, optionally over a disk tier (:mod:`.tier`); one store per model's weights, kept by
+their owner (:mod:`setllm.core.owner`): made by :func:`attach` (or, under ``sbp``, on by
+default at the first reading: :func:`for_reading`), shared by every view of the weights.
+
+Shapes: a piece's keys and values are one ``(k [1, Hkv, n, d], v)`` pair per layer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...errors import InputError
+from ..owner import UNSET, owner
+from .keys import PieceKey
+from .tier import DiskTier
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+DEFAULT_MB = 512.0  # the memory cache's size when none is asked for: ~11,000 tokens of the embedded model's keys and values
+DEFAULT_DISK_MB = 2048.0  # the disk tier's bound when a folder is given without one
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What a :class:`DocumentCache` did: lookups that found a piece (``hits``, in memory or
+    on disk) or computed it (``misses``), pieces pushed out of memory (``evictions``), and
+    what memory holds now; with a disk tier, the pieces found on disk (``disk_hits``),
+    written there (``disk_writes``), files refused, pushed out, the folder's bytes, and the
+    seconds spent verifying the files read (``disk_check_s``)."""
+
+    hits: int
+    misses: int
+    evictions: int
+    bytes: int
+    entries: int
+    max_bytes: int
+    computed_tokens: int = 0  # tokens of the pieces computed (misses)
+    computed_s: float = 0.0  # seconds spent computing them
+    reused_tokens: int = 0  # tokens of the pieces found (hits)
+    disk_hits: int = 0
+    disk_writes: int = 0
+    disk_refused: int = 0
+    disk_evictions: int = 0
+    disk_bytes: int = 0
+    disk_entries: int = 0
+    disk_max_bytes: int = 0
+    disk_check_s: float = 0.0  # seconds spent verifying the files read (their checksums)
+
+    @property
+    def saved_s(self) -> float:
+        """An estimate of the seconds the hits saved: their tokens at the rate the misses
+        were computed (0 before any miss)."""
+        return self.reused_tokens * self.computed_s / self.computed_tokens if self.computed_tokens else 0.0
+
+
+def megabytes(name: str, value) -> float:
+    """``value`` checked as a size in MB (a number >= 0; 0: off)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InputError(f"{name} must be a number of megabytes >= 0 (0: off), got {value!r}")
+    return float(value)
+
+
+class DocumentCache:
+    """Keys and values of prompt pieces (a set's prefix, each element), at most ``max_mb``
+    megabytes (10**6 bytes) of tensors in memory, least recently used out; with a
+    ``directory``, also on disk there (:mod:`setllm.core.doctier`), at most ``disk_mb``.
+    Safe to share between threads. ``warn``: say once where a reading cannot use it (a cache
+    asked for by name; not the default one)."""
+
+    def __init__(self, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
+                 warn: bool = True):
+        if megabytes("max_mb", max_mb) == 0:
+            raise InputError("max_mb must be > 0 for a cache (0: no cache, as SetLLM.cache_documents(0) says)")
+        self.max_bytes = int(max_mb * 1e6)
+        self.warn = warn
+        self.disk = DiskTier(directory, int(megabytes("disk_mb", disk_mb) * 1e6)) if directory is not None else None
+        self._pieces: OrderedDict[PieceKey, tuple[Layers, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = self.bytes = 0
+        self.computed_tokens = self.reused_tokens = 0
+        self.computed_s = 0.0
+
+    @classmethod
+    def scratch(cls) -> DocumentCache:
+        """A cache for one call, dropped after it: what a reading with the cache off computes
+        through, so that it is the cached reading's computation (module docstring)."""
+        cache = cls(warn=False)
+        cache.max_bytes = sys.maxsize
+        return cache
+
+    def get(self, key: PieceKey) -> Layers | None:
+        with self._lock:
+            found = self._pieces.get(key)
+            if found is not None:
+                self._pieces.move_to_end(key)
+                self.hits += 1
+                self.reused_tokens += found[0][0][0].shape[2]
+                return found[0]
+        layers = self.disk.get(key) if self.disk is not None else None
+        with self._lock:
+            if layers is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self.reused_tokens += layers[0][0].shape[2]
+            self._keep(key, layers)
+            return layers
+
+    def reused(self, n_tokens: int) -> None:
+        """Count a hit of ``n_tokens`` not looked up again (a piece twice in one call)."""
+        with self._lock:
+            self.hits += 1
+            self.reused_tokens += n_tokens
+
+    def put(self, key: PieceKey, layers: Layers, seconds: float = 0.0) -> None:
+        """Keep ``layers`` under ``key`` (``seconds``: what computing them took), in memory
+        and, with a disk tier, on disk."""
+        with self._lock:
+            self.computed_tokens += layers[0][0].shape[2]
+            self.computed_s += seconds
+            self._keep(key, layers)
+        if self.disk is not None:
+            self.disk.put(key, layers)
+
+    def _keep(self, key: PieceKey, layers: Layers) -> None:
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        if key in self._pieces or size > self.max_bytes:
+            return  # a piece larger than the whole cache is computed, used and not kept
+        self._pieces[key] = (layers, size)
+        self.bytes += size
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.bytes > self.max_bytes:
+            _, (_, dropped) = self._pieces.popitem(last=False)
+            self.bytes -= dropped
+            self.evictions += 1
+
+    def resize(self, max_mb: float) -> None:
+        """A new bound in memory, least recently used out down to it."""
+        with self._lock:
+            self.max_bytes = int(max_mb * 1e6)
+            self._evict()
+
+    def clear(self) -> None:
+        """Forget every piece in memory (and on disk, with a disk tier)."""
+        with self._lock:
+            self._pieces.clear()
+            self.bytes = 0
+        if self.disk is not None:
+            self.disk.clear()
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            d = self.disk
+            disk = (d.hits, d.writes, d.refused, d.evictions, d.bytes, d.entries, d.max_bytes, d.check_s) if d is not None else ()
+            return CacheStats(self.hits, self.misses, self.evictions, self.bytes, len(self._pieces), self.max_bytes,
+                              self.computed_tokens, self.computed_s, self.reused_tokens, *disk)
+
+
+def share(model, reader_of) -> None:
+    """``model`` reads through ``reader_of``'s document cache from now on, whatever it is
+    attached or resized to later: the documents reader :meth:`setllm.SetLLM.answer` loads beside
+    a model answers through the cache that model was given (``cache_documents``,
+    ``--cache-dir``). A piece's key names the weights, adapters and variant it was computed
+    under, so the two readings never read each other's pieces."""
+    owner(model).reads_through = owner(reader_of)
+
+
+def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
+           warn: bool = True) -> DocumentCache | None:
+    """The document cache of ``model``'s weights (made, or resized, to ``max_mb``), kept by
+    their owner (:mod:`setllm.core.owner`), so every view of them shares it; ``max_mb=0``: none,
+    and none by default either (None). A ``directory`` other than the cache's makes a new
+    cache with that disk tier."""
+    max_mb, disk_mb = megabytes("max_mb", max_mb), megabytes("disk_mb", disk_mb)
+    state = owner(model).documents_owner()
+    if max_mb == 0:
+        if directory is not None:
+            raise InputError("a document cache on disk needs one in memory too: max_mb > 0")
+        state.documents = None
+        return None
+    cache = None if state.documents is UNSET else state.documents
+    same_folder = cache is not None and (None if cache.disk is None else cache.disk.directory) == (None if directory is None else Path(directory).expanduser())
+    if not same_folder:
+        cache = state.documents = DocumentCache(max_mb, directory, disk_mb, warn)
+    else:
+        cache.resize(max_mb)
+        cache.warn = warn
+        if cache.disk is not None:
+            cache.disk.max_bytes = int(disk_mb * 1e6)
+    return cache
+
+
+def of(model) -> DocumentCache | None:
+    """``model``'s document cache, or None where none was attached (or it was switched off)."""
+    found = owner(model).documents_owner().documents
+    return None if found is UNSET else found
+
+
+def for_reading(model) -> DocumentCache:
+    """The cache a reading that can reuse documents computes through: the one attached to
+    ``model``'s weights; where none was ever attached, one of :data:`DEFAULT_MB` attached now
+    (on by default); where it was switched off, a :meth:`DocumentCache.scratch` one."""
+    found = owner(model).documents_owner().documents
+    if found is UNSET:
+        return attach(model, DEFAULT_MB, warn=False)
+    return found or DocumentCache.scratch()
+
+
+def forget(model) -> None:
+    """Drop ``model``'s document cache, as if none had ever been attached (tests; a process restart)."""
+    owner(model).documents_owner().documents = UNSET
