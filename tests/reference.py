@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from setllm.core.batch import Batch, continuation_layout, response_steps
+from setllm.core.batch import Batch, continuation_layout
+from setllm.core.encoding import response_positions
 from setllm.core.generation import GenerationConfig, generate_tokens
 from setllm.core.runtime import forward
 from setllm.core.variants import Variant
@@ -55,7 +56,7 @@ def token_logprobs(model, variant: Variant, batch: Batch, cache, next_logprobs, 
 def _continue(model, variant: Variant, batch: Batch, cache, rows: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor):
     """The forward of response tokens ``ids [R, L]`` after prompt rows ``rows`` (on ``cache``):
     causal, outside any set, positions continuing after the prompt (all 0 under NoPE)."""
-    positions = batch.next_positions[rows][:, None] + response_steps(variant.positions, ids.shape[1])
+    positions = batch.next_positions[rows][:, None] + torch.tensor(response_positions(variant.positions, 0, ids.shape[1]))
     layout = batch.layout.index_select(rows).cat(continuation_layout(valid, positions))
     return forward(model, variant, ids, positions, layout, cache=cache)
 

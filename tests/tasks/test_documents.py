@@ -176,7 +176,7 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
     sa, sb = a.score(prompt, [record.answer, "0000"]), b.score(prompt, [record.answer, "0000"])
     assert [x.logprob for x in sa] == pytest.approx([x.logprob for x in sb], abs=1e-5)
     # A second prompt length: on CPU each length compiles on its own (torch 2.13's dynamic-shape
-    # flex kernel fails to compile; see runtime._static_flex_shapes).
+    # flex kernel fails to compile; see flex.configure_compiler).
     shorter = docs.documents_prompt(list(record.documents[:30]), record.question)
     sa, sb = a.score(shorter, [record.answer]), b.score(shorter, [record.answer])
     assert sa[0].logprob == pytest.approx(sb[0].logprob, abs=1e-5)

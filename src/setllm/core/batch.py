@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from .encoding import NOT_IN_SET, EncodedPrompt
+from .encoding import NOT_IN_SET, EncodedPrompt, response_position, response_positions
 from .masks import TokenLayout
 from .variants import PositionKind
 
@@ -56,9 +56,8 @@ def _row(prompt: EncodedPrompt, response: Sequence[int], scheme: PositionKind):
     """One row's fields (ids, positions, valid, is_prompt, set ids, element ids) and next position."""
     pos, start = prompt.positions(scheme)
     n_p, n_r = len(prompt), len(response)
-    # The response continues after the prompt; under NoPE every position is 0.
-    resp_pos = [start] * n_r if scheme == "nope" else list(range(start, start + n_r))
-    next_pos = start if scheme == "nope" else start + n_r
+    resp_pos = response_positions(scheme, start, n_r)
+    next_pos = response_position(scheme, start, n_r)
     fields = (
         prompt.input_ids + list(response),
         pos + resp_pos,
@@ -85,12 +84,6 @@ def padded_layout(prompt: EncodedPrompt, scheme: PositionKind, length: int) -> t
     (ids, pos, valid, is_prompt, sets, elems), next_position = _row(prompt, [], scheme)
     pad = length - len(ids)
     return tuple([fill] * pad + values for values, fill in zip((valid, is_prompt, sets, elems, pos), PAD_SLOT)), next_position
-
-
-def response_steps(scheme: PositionKind, n: int) -> torch.Tensor:
-    """Offsets of ``n`` response tokens from the position after the prompt: 0, 1, ... (all
-    0 under NoPE)."""
-    return torch.zeros(n, dtype=torch.long) if scheme == "nope" else torch.arange(n)
 
 
 def continuation_layout(valid: torch.Tensor, positions: torch.Tensor) -> TokenLayout:

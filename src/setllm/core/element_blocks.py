@@ -33,6 +33,7 @@ from collections import Counter
 
 from .batch import PAD_SLOT, round_up
 from .encoding import NOT_IN_SET
+from .masks import kind_parts
 from .packed_attention import PAD
 
 SPLIT_DEVICES = {"cpu"}
@@ -51,7 +52,8 @@ def split(kind: str, layout: tuple[list, ...], keys: list[int], bucket: int, win
     ``bucket``. The other rows go in blocks of ``rest = (rows, keys)`` (default: one block):
     scoring gives them its option rows' shape, so that they join the options' attention call
     instead of making one more per layer."""
-    if kind != "setmask" or window is not None or device_type not in SPLIT_DEVICES:
+    parts = kind_parts(kind)  # a bidirectional prompt whose elements are apart (setmask): each element sees the rest, not its set
+    if not (parts.bidirectional and parts.sets_apart) or window is not None or device_type not in SPLIT_DEVICES:
         return None
     valid, _, set_ids, element_ids, _ = layout
     real = [j for j, v in enumerate(valid) if v]

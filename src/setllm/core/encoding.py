@@ -57,6 +57,19 @@ class EncodedPrompt:
         raise ValueError(f"unknown position scheme {scheme!r}")
 
 
+def response_position(scheme: PositionKind, start: int, step: int) -> int:
+    """The position of a prompt's ``step``-th response token (from 0), the prompt's next
+    position being ``start`` (:meth:`EncodedPrompt.positions`): the response continues after
+    the prompt, causally, except under NoPE, where every position is 0. The one rule every
+    reader of a response applies (the batch, the scoring driver, decoding, the fit rule)."""
+    return start if scheme == "nope" else start + step
+
+
+def response_positions(scheme: PositionKind, start: int, n: int) -> list[int]:
+    """The positions of ``n`` response tokens after a prompt whose next position is ``start``."""
+    return [response_position(scheme, start, j) for j in range(n)]
+
+
 def setpe_positions(set_ids: Sequence[int], element_ids: Sequence[int]) -> tuple[list[int], int]:
     """SetPE: consecutive positions, but every element of a set starts at the set's start.
 

@@ -8,6 +8,7 @@ the CLI's checks of a file's rows.
 
 from __future__ import annotations
 
+from .encoding import response_position
 from .families import SUPPORTED_MODEL_TYPES
 from .prompt import PromptTooLong
 
@@ -43,7 +44,7 @@ def check_fits(config, tokens: int, end: int, scheme: str, response: int = 0, wh
     the response stays at position 0 with the prompt; under SBP the text after a set resumes
     after its longest element: there the tokens outrun the positions, and only the positions
     count. Raises :class:`PromptTooLong` naming ``what`` the response is."""
-    steps = 1 if scheme == "nope" else max(response, 1)
+    steps = response_position(scheme, 0, max(response, 1) - 1) + 1  # positions the response takes
     at = "" if end == tokens else f" at positions up to {max(end - 1, 0)}"
     alone = _too_long(config, tokens + 1, end + 1)  # the prompt leaves no room for a response
     if alone or not response:

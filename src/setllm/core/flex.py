@@ -72,8 +72,8 @@ def block_mask(f: FlexLayout, q_len: int, kv_len: int):
     from torch.nn.attention.flex_attention import create_block_mask
 
     batch = f.layout.valid.shape[0]
-    with compile_settings(f.layout.valid.device):
-        return create_block_mask(mask_mod(f), batch, None, q_len, kv_len, device=f.layout.valid.device, _compile=True)
+    configure_compiler(f.layout.valid.device.type)
+    return create_block_mask(mask_mod(f), batch, None, q_len, kv_len, device=f.layout.valid.device, _compile=True)
 
 
 def attend(q, k, v, mask, scale=None, softcap=None) -> torch.Tensor:
@@ -84,8 +84,8 @@ def attend(q, k, v, mask, scale=None, softcap=None) -> torch.Tensor:
         def score_mod(score, b, h, q_idx, kv_idx):
             return softcap * torch.tanh(score / softcap)
     enable_gqa = q.shape[1] != k.shape[1]
-    with compile_settings(q.device):
-        return _compiled()(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=enable_gqa)
+    configure_compiler(q.device.type)
+    return _compiled()(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=enable_gqa)
 
 
 @functools.cache
@@ -95,11 +95,21 @@ def _compiled():
     return torch.compile(flex_attention, fullgraph=True)
 
 
-def compile_settings(device):
-    """Static shapes on the CPU (its dynamic-shape kernel fails to compile in torch 2.13;
-    lengths come in :func:`bucket` sizes instead), dynamic ones on CUDA; room for the
-    handful of shapes, dtypes and score mods a process meets."""
-    return torch._dynamo.config.patch(automatic_dynamic_shapes=device.type != "cpu", recompile_limit=64)
+RECOMPILE_LIMIT = 64  # room for the handful of shapes, dtypes and score mods a process meets
+
+
+@functools.cache
+def configure_compiler(device_type: str) -> None:
+    """torch's compiler set for flex attention once per process, at the first flex attention
+    on ``device_type``, never per call (a per-call patch of the global config races between
+    threads): static shapes where a CPU reads flex attention (its dynamic-shape kernel fails to
+    compile in torch 2.13; lengths come in :func:`bucket` sizes instead), and room for
+    :data:`RECOMPILE_LIMIT` compilations. CUDA keeps torch's dynamic shapes unless a CPU flex
+    read came first in the same process (then it compiles per bucketed length too)."""
+    config = torch._dynamo.config
+    if device_type == "cpu":
+        config.automatic_dynamic_shapes = False
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
 
 
 def padded_length(n: int, device) -> int:

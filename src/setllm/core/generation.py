@@ -16,6 +16,7 @@ import torch
 from ..errors import InputError
 from . import fit, runtime
 from .batch import Batch, continuation_layout
+from .encoding import response_position
 from .scoring import prefill
 from .variants import Variant
 
@@ -75,8 +76,7 @@ DEVICE_CHECK_EVERY = 8
 def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.Tensor, step: int):
     """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch.
     Everything stays on the device of ``batch`` (see :func:`setllm.core.runtime.step`)."""
-    offset = 0 if variant.positions == "nope" else step
-    positions = (batch.next_positions + offset)[:, None]
+    positions = (batch.next_positions + response_position(variant.positions, 0, step))[:, None]
     layout = batch.layout.cat(continuation_layout(torch.ones_like(positions, dtype=torch.bool), positions))
     device = model.device
     out = runtime.step(model, token[:, None].to(device), positions.to(device), layout.to(device), cache)

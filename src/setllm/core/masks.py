@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -134,20 +135,28 @@ def window_mask(layout: TokenLayout, window: int | torch.Tensor) -> MaskFn:
     return lambda b, h, q, kv: (layout.positions[b, q] - layout.positions[b, kv]).abs() < window
 
 
-# Each mask kind, defined once, by the two parts it adds to the causal triangle: whether the
-# prompt is read both ways (every token sees every prompt token) and whether elements of a
-# set are kept apart. :func:`variant_mask` composes the parts a kind has; flex attention folds
-# the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`).
-MASK_KINDS: dict[MaskKind, tuple[bool, bool]] = {  # kind: (bidirectional prompt, sets apart)
-    "causal": (False, False),
-    "prefix": (True, False),
-    "setmask": (True, True),
-    "sbp": (False, True),
+class MaskParts(NamedTuple):
+    """What a mask kind adds to the causal triangle: the data every rule reads (never a kind's name)."""
+
+    bidirectional: bool  # the prompt is read both ways: every token sees every prompt token
+    sets_apart: bool  # tokens of different elements of one set do not see each other
+
+
+# Each mask kind, defined once, by its parts. :func:`variant_mask` composes them; flex attention
+# folds the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`); the
+# document cache reads a kind whose elements are apart and whose prompt is causal (an element
+# then depends on nothing after it); element blocks split a bidirectional prompt whose elements
+# are apart. A new kind is one line here (and its name in :data:`setllm.core.variants.MaskKind`).
+MASK_KINDS: dict[MaskKind, MaskParts] = {
+    "causal": MaskParts(bidirectional=False, sets_apart=False),
+    "prefix": MaskParts(bidirectional=True, sets_apart=False),
+    "setmask": MaskParts(bidirectional=True, sets_apart=True),
+    "sbp": MaskParts(bidirectional=False, sets_apart=True),
 }
 
 
-def kind_parts(kind: MaskKind) -> tuple[bool, bool]:
-    """``(bidirectional prompt, sets apart)`` of a mask kind (see :data:`MASK_KINDS`)."""
+def kind_parts(kind: MaskKind) -> MaskParts:
+    """The :class:`MaskParts` of a mask kind (see :data:`MASK_KINDS`)."""
     try:
         return MASK_KINDS[kind]
     except KeyError:
@@ -174,19 +183,26 @@ def render_bool(fn: MaskFn, batch: int, q_len: int, kv_len: int, q_offset: int =
     return fn(b, h, q, kv).expand(batch, 1, q_len, kv_len)
 
 
-def render_additive(fn: MaskFn, batch, q_len, kv_len, q_offset=0, device=None, dtype=torch.float32) -> torch.Tensor:
-    """Additive float mask (0 = attend, dtype min = blocked): eager attention adds a bool
-    mask as 0/1, silently letting masked keys through, so it needs this form."""
-    allowed = render_bool(fn, batch, q_len, kv_len, q_offset, device)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+def additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
+    """A bool mask as an additive one (0 = attend, -inf = blocked) in ``dtype``: what eager
+    attention needs (it would add a bool mask as 0/1, letting masked keys through) and what
+    sdpa makes of a bool mask at every layer. The one conversion; no row is empty
+    (:func:`padding_mask`), so -inf never makes a NaN."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+# Dense renderers by attention implementation: the bool mask, then the form the backend takes.
+# Flex attention takes its masks from setllm.core.flex (one compiled predicate reading the kind
+# folded into the layout); a packed forward's blocks from setllm.core.packed_attention.
+DENSE_FORMS: dict[str, Callable[[torch.Tensor, torch.dtype], torch.Tensor]] = {
+    "sdpa": lambda allowed, dtype: allowed,
+    "eager": additive,
+}
 
 
 def render(fn: MaskFn, backend: str, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None, dtype=torch.float32):
-    """Render a predicate for a dense attention implementation (``sdpa``, ``eager``). Flex
-    attention takes its masks from :mod:`setllm.core.flex`, whose one compiled predicate
-    reads the kind folded into the layout."""
-    if backend == "sdpa":
-        return render_bool(fn, batch, q_len, kv_len, q_offset, device)
-    if backend == "eager":
-        return render_additive(fn, batch, q_len, kv_len, q_offset, device, dtype)
-    raise InputError(f"attention implementation {backend!r} renders no dense mask; use sdpa or eager")
+    """Render a predicate for a dense attention implementation (:data:`DENSE_FORMS`)."""
+    form = DENSE_FORMS.get(backend)
+    if form is None:
+        raise InputError(f"attention implementation {backend!r} renders no dense mask; use {' or '.join(DENSE_FORMS)}")
+    return form(render_bool(fn, batch, q_len, kv_len, q_offset, device), dtype)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import flex, install
-from .masks import TokenLayout, render_bool, variant_mask
+from .masks import TokenLayout, additive, render_bool, variant_mask
 from .variants import MaskKind
 
 PAD = -1  # a gathered position that is padding (reads packed row 0, masked or never read)
@@ -142,7 +142,7 @@ class _Group:
                 raise RuntimeError("a sliding layer, but the plan has no windowed masks (built for a model without a window?)")
             mask = mask.to(device)
             if dtype is not None:
-                mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, float("-inf"))
+                mask = additive(mask, dtype)
             self.on_device[key] = mask
         return self.on_device[key]
 

@@ -19,8 +19,9 @@ import torch
 from . import install
 from .families import default_attention
 from .fit import check_length, layer_windows
+from .flex import configure_compiler
 from .kvcache import cache_kwarg
-from .masks import TokenLayout, render, variant_mask
+from .masks import TokenLayout, additive, render, variant_mask
 from .owner import owner, weights
 from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
 
@@ -59,7 +60,7 @@ def _sdpa_ready(mask, dtype):
     once per forward: the same additive values, so the same attention, with 3 ops fewer per layer."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         return mask
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return additive(mask, dtype)
 
 
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
@@ -68,7 +69,9 @@ def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayou
     install.install(model)
     cached = layout.shape[1] > input_ids.shape[1]
     impl = forward_attention(model, 0 if cached else input_ids.shape[1])
-    with install.attention(None if impl == install.own_attention(model.config) else impl), _static_flex_shapes(impl, model.device):
+    if impl == "flex_attention":
+        configure_compiler(model.device.type)  # once per process (static shapes on a CPU), never per call
+    with install.attention(None if impl == install.own_attention(model.config) else impl):
         mask = attention_mask(model, variant, layout, input_ids.shape[1], impl)
         device = model.device
         return model(
@@ -160,21 +163,6 @@ def step_attention(model) -> str:
     single-token queries (torch 2.13), and a few query rows gain nothing from a BlockMask."""
     own = install.own_attention(model.config)
     return default_attention(model.config.model_type, "sdpa") if own == "flex_attention" else own
-
-
-@contextmanager
-def _static_flex_shapes(impl: str, device):
-    """On CPU, compile flex attention for each prompt length on its own: torch 2.13's dynamic-
-    shape CPU kernel, which a second length would trigger, fails to compile (inductor:
-    ``cur_qSplitSize9 was not declared``). Prompts come in :func:`prompt_length` buckets, so
-    the lengths, and the compilations, are few."""
-    if impl != "flex_attention":
-        yield
-        return
-    from .flex import compile_settings
-
-    with compile_settings(device):
-        yield
 
 
 

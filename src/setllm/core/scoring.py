@@ -59,7 +59,7 @@ import torch
 from ..errors import InputError
 from . import element_blocks, graphs, install, packed_attention
 from .batch import Batch, padded_layout, round_up
-from .encoding import NOT_IN_SET, EncodedPrompt
+from .encoding import NOT_IN_SET, EncodedPrompt, response_positions
 from .fit import check_fits, sliding_window
 from .flex import padded_length
 from .install import fixed_row_linears
@@ -206,9 +206,8 @@ class _Prompts:
         to ``length``), with its masks read off the prompt's own layout."""
         layout = self.layouts[i]
         if length:
-            steps = [0] * length if self.variant.positions == "nope" else range(length)  # as response_steps
             after = ([True] * response + [False] * (length - response), [False] * length, [NOT_IN_SET] * length, [NOT_IN_SET] * length,
-                     [self.next_positions[i] + s for s in steps])
+                     response_positions(self.variant.positions, self.next_positions[i], length))
             layout = tuple(a + list(b) for a, b in zip(layout, after))
         if not length and self.flex[i]:  # the prompt's own block: a predicate, never a dense N x N mask
             tensors = TokenLayout(*(torch.tensor([f]) for f in layout))
@@ -313,7 +312,7 @@ def _option_rows(packed: _Prompts, rows, base: int):
         n, length = len(o), round_up(len(o), OPTION_BUCKET)
         nxt = packed.next_positions[i]
         ids += o
-        pos += [nxt] * n if packed.variant.positions == "nope" else range(nxt, nxt + n)
+        pos += response_positions(packed.variant.positions, nxt, n)
         own = list(range(start, start + n)) + [packed_attention.PAD] * (length - n)
         keys = packed.keys(i) + [packed.total + j if j != packed_attention.PAD else j for j in own]
         segs.append(packed.block(i, [j + base if j != packed_attention.PAD else j for j in own], keys, n, length))

@@ -20,7 +20,7 @@ from ..batch import collate, continuation_layout, round_up
 from ..encoding import EncodedPrompt
 from ..fit import sliding_window
 from ..kvcache import new_cache, output_cache
-from ..masks import TokenLayout
+from ..masks import TokenLayout, kind_parts
 from ..runtime import forward
 from ..scoring import (
     OPTION_BUCKET,
@@ -38,7 +38,8 @@ GROUP_TOKENS = 2048  # most tokens (prefixes and elements) in one forward comput
 
 def variant_problem(variant: Variant) -> str | None:
     """Why no prompt read under ``variant`` can reuse cached documents, or None."""
-    if variant.mask != "sbp":
+    parts = kind_parts(variant.mask)
+    if parts.bidirectional or not parts.sets_apart:  # an element must depend on nothing after it nor on its set's others
         return f"variant {variant.name!r} lets a document see text it cannot be cached without (only 'sbp' reads documents apart)"
     return None
 
