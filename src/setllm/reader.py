@@ -33,6 +33,7 @@ from .core.encoding import NOT_IN_SET, EncodedPrompt
 from .core.families import check_model
 from .core.install import install
 from .core.prompt import PromptLike
+from .core.readings import DocumentsReading, PackedReading, Reading
 from .core.runtime import forward, prompt_length
 from .core.variants import DEFAULT_VARIANT, Variant, get_variant
 from .errors import InputError, SetLLMWarning
@@ -106,6 +107,8 @@ class Reader:
     def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None,
               threads: int | None = None) -> None:
         codec = Codec.for_model(model, tokenizer, options.variant, options.exact, options.chat)
+        if doccache.variant_problem(options.variant) is None:
+            doccache.on_by_default(model)  # a reading that caches documents: the weights' cache is made now, once (not by a read)
         for name, value in (("model", model), ("tokenizer", tokenizer), ("options", options), ("origin", origin), ("codec", codec),
                             ("_switch", switch), ("_threads", threads)):
             object.__setattr__(self, name, value)
@@ -210,43 +213,39 @@ class Reader:
         :meth:`encode` and :meth:`response_ids`), through the one scoring driver (a prompt
         whose documents can be reused: through :func:`setllm.core.doccache.score`)."""
         with self._running() as model:
-            return self._by_reading(model, [r.prompt for r in requests], requests,
-                                    lambda rs, *cached: doccache.score(model, self.variant, rs, *cached),
-                                    lambda rs: scoring.score_requests(model, self.variant, self.pad_id, rs))
+            return self._each(model, [r.prompt for r in requests], requests, lambda reading, rs: reading.score(rs))
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
         (``on_token()`` after each step: a caller's way to stop, by raising)."""
         with self._running() as model:
-            def together(ps):
-                # A long prompt is read on flex attention, at a bucketed length (a bounded number of compiled shapes).
-                batch = collate(list(ps), self.variant.positions, self.pad_id, length=prompt_length(model, max(map(len, ps))))
-                return generation.generate_tokens(model, self.tokenizer, self.variant, batch, config, on_token=on_token)
+            return self._each(model, prompts, prompts, lambda reading, ps: reading.generate(ps, config, on_token))
 
-            # each prompt whose documents can be reused alone, its documents' keys and values reused
-            return self._by_reading(model, prompts, prompts, lambda ps, *cached: [
-                doccache.generate(model, self.tokenizer, self.variant, p, *cached, config, on_token) for p in ps], together)
-
-    def _by_reading(self, model, prompts: Sequence[EncodedPrompt], items: Sequence, reuse, afresh) -> list:
-        """``reuse(items, store, key)`` for the items whose prompt can reuse documents,
-        ``afresh(items)`` for the others, results in order: which way an item is read depends
-        on it alone, never on the batch it came in."""
-        can = self._reusable(model, prompts)
-        if not any(can):
-            return afresh(items)
-        cached = (doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant))
-        if all(can):
-            return reuse(items, *cached)
+    def _each(self, model, prompts: Sequence[EncodedPrompt], items: Sequence, run: Callable[[Reading, list], list]) -> list:
+        """``run(reading, items)`` for each group of items and the reading that serves their
+        prompts (:meth:`_readings`), results in the items' order."""
         out = [None] * len(items)
-        for flag, run in ((True, lambda xs: reuse(xs, *cached)), (False, afresh)):
-            at = [i for i, c in enumerate(can) if c is flag]
-            for i, result in zip(at, run([items[i] for i in at])):
+        for reading, at in self._readings(model, prompts):
+            for i, result in zip(at, run(reading, [items[i] for i in at])):
                 out[i] = result
         return out
 
+    def _readings(self, model, prompts: Sequence[EncodedPrompt]) -> list[tuple[Reading, list[int]]]:
+        """Which reading serves each prompt, as ``(reading, indices)`` groups: the documents
+        reading for a prompt whose documents can be reused, the packed driver for the others.
+        Which one reads a prompt depends on it alone, never on the batch it came in."""
+        can = self._reusable(model, prompts)
+        groups: list[tuple[Reading, list[int]]] = []
+        if any(can):
+            store, key = doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant)
+            groups.append((DocumentsReading(model, self.tokenizer, self.variant, store, key), [i for i, c in enumerate(can) if c]))
+        if not all(can):
+            groups.append((PackedReading(model, self.tokenizer, self.variant, self.pad_id), [i for i, c in enumerate(can) if not c]))
+        return groups
+
     def cache_documents(self, max_mb: float = doccache.DEFAULT_MB, directory: str | os.PathLike | None = None,
-                        disk_mb: float = doccache.DEFAULT_DISK_MB) -> doccache.DocumentCache | None:
+                        disk_mb: float = doccache.DEFAULT_DISK_MB, warn: bool = True) -> doccache.DocumentCache | None:
         """Keep the keys and values of set elements read under ``variant="sbp"`` (at most
         ``max_mb`` MB in memory, least recently used out) and reuse them in every later prompt
         with the same text before the set, in any order and combination: only the missing
@@ -256,13 +255,16 @@ class Reader:
         ``max_mb=0`` switches it off (and returns None). ``directory``: also keep each piece
         on disk there (at most ``disk_mb`` MB, least recently used out), where a restarted
         process, or another one sharing the folder, finds it. Other variants read as before:
-        their documents see text a cache cannot know (said once, at the first such reading)."""
-        return doccache.attach(self.model, max_mb, directory, disk_mb)
+        their documents see text a cache cannot know (said once, at the first such reading;
+        ``warn=False``: not said, as where a server said it at start-up). The one place a cache
+        is set: the CLI, the server and ``answer``'s documents reader (which reads through its
+        owner's: :func:`setllm.core.doccache.share`) go through it."""
+        return doccache.attach(self.model, max_mb, directory, disk_mb, warn)
 
     @property
     def document_cache(self) -> doccache.DocumentCache | None:
-        """The cache attached to these weights (by :meth:`cache_documents`, or by default by
-        a first ``sbp`` reading), or None."""
+        """The cache of these weights (by default one of :data:`setllm.core.doccache.DEFAULT_MB`
+        MB, made when they were wrapped; or as :meth:`cache_documents` set it), or None (off)."""
         return doccache.of(self.model)
 
     def _reusable(self, model, prompts: Sequence[EncodedPrompt]) -> list[bool]:
@@ -286,9 +288,7 @@ class Reader:
             return []
         request = scoring.ScoreRequest(prompt, [list(response)])
         with self._running() as model:  # read as score_encoded reads this option: through the documents' cache where it can
-            dists = self._by_reading(model, [prompt], [request],
-                                     lambda rs, *cached: [torch.cat(d) for d in doccache.read_options(model, self.variant, rs, *cached)],
-                                     lambda rs: [scoring.response_logprobs(model, self.variant, self.pad_id, prompt, response)])[0]
+            [dists] = self._each(model, [prompt], [request], lambda reading, rs: [reading.logprobs(r) for r in rs])
         return scoring.token_details(response, dists, top)
 
     def echo_details(self, prompt: EncodedPrompt, top: int = 0) -> list[scoring.TokenDetail]:

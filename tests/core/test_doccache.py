@@ -106,8 +106,9 @@ def test_missing_documents_are_computed_in_one_forward_each_with_the_bits_of_it_
 
 
 def test_the_cache_is_on_by_default_under_sbp_and_zero_switches_it_off():
+    """Made when the model is wrapped (or viewed) under sbp, not by a read."""
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
-    assert lm.document_cache is None
+    assert lm.document_cache is not None and lm.document_cache.stats().entries == 0
     lm.score(prompt(DOCS[:2]), OPTIONS)
     store = lm.document_cache
     assert store is not None and store.max_bytes == doccache.DEFAULT_MB * 1e6 and store.stats().entries == 3
@@ -117,6 +118,7 @@ def test_the_cache_is_on_by_default_under_sbp_and_zero_switches_it_off():
     other = SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
     other.score(prompt(DOCS[:2]), OPTIONS)
     assert other.document_cache is None  # a reading that cannot use one gets none
+    assert other.with_variant("sbp").document_cache is not None  # a view that can: made with the view
 
 
 def test_a_shared_reader_reads_through_its_owners_cache_whatever_it_becomes(tmp_path):

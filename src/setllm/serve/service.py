@@ -62,8 +62,8 @@ class Service:
         self.config = config
         self.metrics = Metrics()
         # Said at start-up (setllm serve), not at the first request: a cache the served reading cannot use.
-        self.documents = doccache.attach(lm.model, doccache.DEFAULT_MB if config.cache_mb is None else config.cache_mb,
-                                         config.cache_dir, config.cache_dir_mb, warn=False)
+        self.documents = lm.cache_documents(doccache.DEFAULT_MB if config.cache_mb is None else config.cache_mb,
+                                            config.cache_dir, config.cache_dir_mb, warn=False)
         self.engines = self._engines()
         self.batcher = Batcher(self.engines.run, config.max_batch_size, config.max_queue, config.batch_window_ms / 1000, config.timeout_s)
         self.check = BatchingCheck(self.engines, self.batcher.call, lm, config.max_batch_size, config.batch_check)

@@ -49,8 +49,8 @@ store), :mod:`.options` (a command's cache flags).
 from .keys import PieceKey, ReadingKey, reading_key
 from .options import CacheOptions, reuse_line
 from .reading import generate, prefill, read_options, score, unusable, variant_problem
-from .store import DEFAULT_DISK_MB, DEFAULT_MB, CacheStats, DocumentCache, attach, for_reading, forget, megabytes, of, share
+from .store import DEFAULT_DISK_MB, DEFAULT_MB, CacheStats, DocumentCache, attach, for_reading, forget, megabytes, of, on_by_default, share
 
 __all__ = ["DEFAULT_DISK_MB", "DEFAULT_MB", "CacheOptions", "CacheStats", "DocumentCache", "PieceKey", "ReadingKey", "attach",
-           "for_reading", "forget", "generate", "megabytes", "of", "prefill", "read_options", "reading_key", "reuse_line", "score",
+           "for_reading", "forget", "generate", "megabytes", "of", "on_by_default", "prefill", "read_options", "reading_key", "reuse_line", "score",
            "share", "unusable", "variant_problem"]

@@ -208,16 +208,25 @@ def of(model) -> DocumentCache | None:
     return None if found is UNSET else found
 
 
+def on_by_default(model) -> None:
+    """The cache ``model``'s weights get when setllm wraps them, or makes a view of them, under
+    a reading that caches documents (:class:`setllm.reader.Reader`): :data:`DEFAULT_MB` in
+    memory, made once; weights wrapped again keep what they have (a cache asked for, or
+    switched off)."""
+    state = owner(model)
+    if state.documents is UNSET:
+        state.documents = DocumentCache(DEFAULT_MB, warn=False)
+
+
 def for_reading(model) -> DocumentCache:
     """The cache a reading that can reuse documents computes through: the one attached to
-    ``model``'s weights; where none was ever attached, one of :data:`DEFAULT_MB` attached now
-    (on by default); where it was switched off, a :meth:`DocumentCache.scratch` one."""
+    ``model``'s weights (by default since they were wrapped: :func:`on_by_default`); where it
+    was switched off (or the weights were never wrapped), a :meth:`DocumentCache.scratch` one,
+    so the reading is the cached one's computation."""
     found = owner(model).documents_owner().documents
-    if found is UNSET:
-        return attach(model, DEFAULT_MB, warn=False)
-    return found or DocumentCache.scratch()
+    return DocumentCache.scratch() if found is None or found is UNSET else found
 
 
 def forget(model) -> None:
-    """Drop ``model``'s document cache, as if none had ever been attached (tests; a process restart)."""
-    owner(model).documents_owner().documents = UNSET
+    """Drop ``model``'s document cache for a new default one, as a restarted process has (tests)."""
+    owner(model).documents_owner().documents = DocumentCache(DEFAULT_MB, warn=False)
