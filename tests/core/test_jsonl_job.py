@@ -71,17 +71,17 @@ def test_a_models_identity_follows_its_adapter_files_and_reading_not_its_arithme
     (adapter / "adapter_config.json").write_text("{}")
     (adapter / "adapter_model.safetensors").write_bytes(b"weights one")
     (adapter / "setllm.json").write_text('{"variant": "setmask-setpe"}')
-    first = LoadOptions(model="m", adapter=str(adapter)).identity()
-    assert LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False).identity() == first
-    assert LoadOptions(model="m", adapter=str(adapter), variant="setmask-setpe", eos=True).identity() == first  # as recorded
-    assert LoadOptions(model="m", adapter="none").identity() != LoadOptions(model="m", adapter="none", variant="causal-pe").identity()
+    first = LoadOptions(model="m", adapter=str(adapter)).answer_fingerprint()
+    assert LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False).answer_fingerprint() == first
+    assert LoadOptions(model="m", adapter=str(adapter), variant="setmask-setpe", eos=True).answer_fingerprint() == first  # as recorded
+    assert LoadOptions(model="m", adapter="none").answer_fingerprint() != LoadOptions(model="m", adapter="none", variant="causal-pe").answer_fingerprint()
     (adapter / "trainer_state.json").write_text("{}")  # a training log decides no answer
-    assert LoadOptions(model="m", adapter=str(adapter)).identity() == first
+    assert LoadOptions(model="m", adapter=str(adapter)).answer_fingerprint() == first
     others = [LoadOptions(model="m2", adapter=str(adapter)), LoadOptions(model="m", adapter="none"),
               LoadOptions(model="m", adapter=str(adapter), variant="causal-pe"), LoadOptions(model="m", adapter=str(adapter), eos=False)]
     (adapter / "adapter_model.safetensors").write_bytes(b"weights two")  # retrained in place
     others.append(LoadOptions(model="m", adapter=str(adapter)))
-    assert len({first, *(o.identity() for o in others)}) == 1 + len(others)
+    assert len({first, *(o.answer_fingerprint() for o in others)}) == 1 + len(others)
 
 
 def test_the_output_cannot_be_the_input(tmp_path):
@@ -151,14 +151,14 @@ def test_a_local_model_retrained_in_place_is_another_model(tmp_path):
     (model / "config.json").write_text('{"model_type": "llama"}')
     weights = model / "model.safetensors"
     weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"t" * EDGE)
-    first = LoadOptions(model=str(model), adapter="none").identity()
-    assert LoadOptions(model=str(model) + "/", adapter="none", batch_size=2).identity() == first  # the same path, spelled otherwise
+    first = LoadOptions(model=str(model), adapter="none").answer_fingerprint()
+    assert LoadOptions(model=str(model) + "/", adapter="none", batch_size=2).answer_fingerprint() == first  # the same path, spelled otherwise
     (model / "README.md").write_text("notes")
-    assert LoadOptions(model=str(model), adapter="none").identity() == first
+    assert LoadOptions(model=str(model), adapter="none").answer_fingerprint() == first
     weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"T" * EDGE)  # the last layers retrained
-    second = LoadOptions(model=str(model), adapter="none").identity()
+    second = LoadOptions(model=str(model), adapter="none").answer_fingerprint()
     (model / "config.json").write_text('{"model_type": "llama", "rope_theta": 1}')
-    assert len({first, second, LoadOptions(model=str(model), adapter="none").identity()}) == 3
+    assert len({first, second, LoadOptions(model=str(model), adapter="none").answer_fingerprint()}) == 3
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"one")
     before = local_model_fingerprint(gguf)

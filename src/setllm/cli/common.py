@@ -272,7 +272,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
     jsonl_job.check_output(args.output, args.input)
     from ..loading.options import LoadOptions
 
-    by = config_from_args(LoadOptions, args).identity(kind)  # answers by another model are not resumed
+    by = config_from_args(LoadOptions, args).answer_fingerprint(kind)  # answers by another model are not resumed
     left = jsonl_job.todo(read.rows, args.output, args.overwrite, by, settings, verb)
     if left:
         lm = load_setllm(args, progress=False, kind=kind)

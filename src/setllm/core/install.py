@@ -109,13 +109,6 @@ def _model_eager(module):
     return sys.modules[type(module).__module__].eager_attention_forward
 
 
-def attention_function(name: str) -> Callable:
-    """Transformers' attention function ``name`` (``eager`` is each model's own: None here)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return None if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]
-
-
 @contextmanager
 def attention(fn: Callable | str | None):
     """Inside (this thread or task only), the model's attention runs ``fn`` (a function or the
@@ -135,10 +128,6 @@ def _named(name: str) -> Callable:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     return ALL_ATTENTION_FUNCTIONS[name]
-
-
-def current_attention() -> Callable | None:
-    return _ATTENTION.get()
 
 
 @contextmanager

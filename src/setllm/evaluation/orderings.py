@@ -29,7 +29,7 @@ ORDERING_CHOICES = ("random", "first")
 _ENUMERATE_UP_TO = 40320  # 8!
 
 
-def identity(k: int) -> Ordering:
+def dataset_order(k: int) -> Ordering:
     return tuple(range(k))
 
 
@@ -50,7 +50,7 @@ def orderings(k: int, cap: int | None = None, choice: str = "random", seed: int 
     n = count_orderings(k, cap)
     if n == math.factorial(k) or choice == "first":
         return list(itertools.islice(itertools.permutations(range(k)), n))
-    return [identity(k)] + _sample_others(k, n - 1, random.Random(f"{seed}:{key}"))
+    return [dataset_order(k)] + _sample_others(k, n - 1, random.Random(f"{seed}:{key}"))
 
 
 def _sample_others(k: int, n: int, rng: random.Random) -> list[Ordering]:
@@ -59,7 +59,7 @@ def _sample_others(k: int, n: int, rng: random.Random) -> list[Ordering]:
         others = list(itertools.permutations(range(k)))[1:]
         return rng.sample(others, n)
     picked: list[Ordering] = []
-    seen = {identity(k)}
+    seen = {dataset_order(k)}
     while len(picked) < n:  # k! > 40320 >> n in practice: duplicates are rare
         perm = list(range(k))
         rng.shuffle(perm)

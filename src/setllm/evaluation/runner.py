@@ -34,7 +34,7 @@ from . import store
 from .config import EvalConfig
 from .documents import run_documents
 from .metrics import PLANS, QuestionResult, majority_vote, plan_for
-from .orderings import Ordering, identity, orderings
+from .orderings import Ordering, dataset_order, orderings
 from .resources import peak_memory_mb, reset_peak_memory
 from .summary import summarize
 
@@ -203,7 +203,7 @@ def evaluate_chunk(lm, template: Template, records: Sequence[MCRecord], plan: st
     rows = [q.row(plan, one_run, cfg.seed) for q in questions]
     if cfg.log_samples:  # what was asked, as lm-eval's --log_samples keeps it
         for row, r in zip(rows, records):
-            row.update(prompt=template.render(r, identity(len(r.choices))).prompt.text(), choices=list(r.choices))
+            row.update(prompt=template.render(r, dataset_order(len(r.choices))).prompt.text(), choices=list(r.choices))
     return rows
 
 
@@ -243,7 +243,7 @@ def _readout_scores(lm, items: list[tuple[MCRecord, Ordering]], readout: str) ->
 def _due(record: MCRecord, one_run: bool, cfg: EvalConfig, template: Template | None = None) -> list[Ordering]:
     k = len(record.choices)
     if one_run:
-        return [identity(k)]
+        return [dataset_order(k)]
     if template is not None and template.orderings is not None:
         return template.orderings(k)
     return orderings(k, cfg.max_orderings, cfg.ordering_choice, cfg.seed, record.id)

@@ -3,7 +3,7 @@ order, resumable, and with nothing half-written (a line cut by a kill is dropped
 
 Every answer row carries the ``id`` of its input row (the row's own ``id``, else its index),
 ``row``, a hash of the input row's content, ``by``, a hash of the model that answered
-(:meth:`setllm.LoadOptions.identity`), and ``settings``, what else its answer depends on as the
+(:meth:`setllm.LoadOptions.answer_fingerprint`), and ``settings``, what else its answer depends on as the
 run resolved it (a judge's readout: the one asked, else the one its adapter records, never
 the raw flag). On a rerun an answer counts as done only where both ``id`` and ``row`` match an
 input row: an output holding answers to other rows (another input file, an edited row) is

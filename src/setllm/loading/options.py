@@ -116,7 +116,7 @@ class LoadOptions:
     def sources(self, kind: str = "choose"):
         """``(model, adapter, info)``: the model to load (None: the embedded one), the adapter
         (None: none) and what their ``setllm.json`` records (:class:`setllm.loading.AdapterInfo`),
-        as :meth:`setllm.SetLLM.load` and :meth:`identity` both read them."""
+        as :meth:`setllm.SetLLM.load` and :meth:`answer_fingerprint` both read them."""
         model, adapter = embedded_or(self.model), self.adapter_path(kind)
         return model, adapter, recorded(model, adapter)
 
@@ -130,7 +130,7 @@ class LoadOptions:
         return {**info.reading(variant=self.variant, **self.reading()), "exact": self.exact, "batch_size": self.batch_size,
                 "allow_untested": self.allow_untested, "threads": self.thread_count(), "origin": Origin.loaded(model, adapter, info)}
 
-    def identity(self, kind: str = "choose") -> str:
+    def answer_fingerprint(self, kind: str = "choose") -> str:
         """A short hash of what decides an answer beyond its input: the base model (by name;
         a local one also by :func:`local_model_fingerprint` of its files), the adapter's
         files (weights and record), the variant and the reading choices as they will be read
