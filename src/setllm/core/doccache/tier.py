@@ -4,7 +4,7 @@ weights, adapters, variant, dtype, tokenizer, prefix tokens, element tokens), so
 process, or another one sharing the folder, reads a document it has read before from disk
 instead of computing it.
 
-- **Every byte is checked before it is used.** A file holds its whole key and a SHA-256 of
+- **Every byte is checked before it is used.** A file holds its whole key and a checksum of
   that key, its tensors' header entries (names, dtypes, shapes, offsets) and all of its
   tensor data. A read verifies the format, the key and the checksum before a tensor is made:
   a file whose bytes are not what was written (a flipped bit, data overwritten with other
@@ -12,7 +12,10 @@ instead of computing it.
   swapped, another model's or adapter's piece copied over, an older format) is refused with
   one warning naming it, counted (``refused``), and the piece computed again and written
   anew. Nothing unverified reaches memory or an answer, in any process sharing the folder.
-  Checking costs one SHA-256 pass over the file (``check_s`` counts it).
+  The checksum is XXH3-128 (xxhash): it guards against damage, not against someone who can
+  write the folder (they could write a valid file under any key), and it runs at memory speed
+  (about 11 GB/s here, where SHA-256 runs at 1.2), so checking costs a few percent of reading
+  a piece back (``check_s`` counts it; docs/documents.md measures it).
 - A file is written to a temporary name in the folder, then renamed (:func:`os.replace`, atomic
   on one file system): a process sharing the folder sees the whole file or none.
 - The folder is bounded by bytes (the files' sizes on disk), least recently used out (a file
@@ -24,7 +27,6 @@ Shapes: as :mod:`setllm.core.doccache.store` (``(k [1, Hkv, n, d], v)`` per laye
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load as load_tensors
+import xxhash
 from safetensors.torch import save as save_tensors
 
 from ...errors import SetLLMWarning
@@ -165,7 +168,7 @@ def _encode(key: PieceKey, layers: Layers) -> list:
     raw = save_tensors(tensors, metadata={"format": FORMAT, "key": key.text(), "layers": str(len(layers))})
     n = int.from_bytes(raw[:8], "little")
     header, data = json.loads(raw[8 : 8 + n]), memoryview(raw)[8 + n :]
-    header["__metadata__"]["sha256"] = _checksum(header, data)
+    header["__metadata__"]["xxh3_128"] = _checksum(header, data)
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()  # the same bytes for the same piece, in any process
     head += b" " * (-len(head) % 8)  # safetensors aligns the data that follows its header to 8 bytes
     return [len(head).to_bytes(8, "little"), head, data]
@@ -178,11 +181,11 @@ def _write_file(path: Path, chunks: list) -> None:
 
 
 def _checksum(header: dict, data) -> str:
-    """SHA-256 of the key, the tensors' header entries and the tensor data: every byte a
+    """XXH3-128 of the key, the tensors' header entries and the tensor data: every byte a
     read turns into the piece (the metadata's other fields are checked as values)."""
     meta = header["__metadata__"]
     entries = {k: v for k, v in header.items() if k != "__metadata__"}
-    h = hashlib.sha256(f"{meta.get('format')}\0{meta.get('key')}\0{meta.get('layers')}\0".encode())
+    h = xxhash.xxh3_128(f"{meta.get('format')}\0{meta.get('key')}\0{meta.get('layers')}\0".encode())
     h.update(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode() + b"\0")
     h.update(data)
     return h.hexdigest()
@@ -208,7 +211,7 @@ def _parse(data: bytes, key: PieceKey) -> tuple[str | None, Layers | None]:
         return f"foreign: format {meta.get('format')!r}, not {FORMAT!r}", None
     if meta.get("key") != key.text():
         return "foreign: written for another model, adapter, variant or text", None
-    if len(data) != end or meta.get("sha256") != _checksum(header, memoryview(data)[8 + n :]):
+    if len(data) != end or meta.get("xxh3_128") != _checksum(header, memoryview(data)[8 + n :]):
         return "damaged: its bytes do not match its checksum", None
     try:
         tensors = load_tensors(data)
