@@ -218,7 +218,8 @@ class Reader:
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
         """Generated text and token ids for encoded prompts generated together
-        (``on_token()`` after each step: a caller's way to stop, by raising)."""
+        (``on_token(tokens)`` after each step, with each prompt's tokens so far: a caller's way
+        to stream them, or to stop by raising)."""
         with self._running() as model:
             return self._each(model, prompts, prompts, lambda reading, ps: reading.generate(ps, config, on_token))
 

@@ -171,10 +171,7 @@ def test_choose_a_file_of_questions_resumes_in_input_order(model_dir, capsys, tm
     assert not (tmp_path / "b.jsonl").exists()  # nothing written for a bad file
 
 
-def test_setllm_warnings_print_once_as_one_line(model_dir, capsys, monkeypatch):
-    import setllm.core.encoding
-
-    monkeypatch.setattr(setllm.core.encoding, "_warned", False)  # it warns once per process
+def test_setllm_warnings_print_once_as_one_line(model_dir, capsys):
     code, _, err = cli(capsys, "generate", "--prompt", "a\\n{{x||y}}Answer: ", "--max-new-tokens", "2", "--model", model_dir, "--adapter", "none")
     assert code == 0
     warning_lines = [line for line in err.splitlines() if "warning" in line.lower()]

@@ -70,8 +70,5 @@ def test_chat_mode_needs_a_template():
 
 
 def test_trailing_space_warns():
-    import setllm.core.encoding as encoding
-
-    encoding._warned = False
     with pytest.warns(UserWarning, match="start of the next segment"):
         PromptEncoder(tiny_tokenizer()).encode(["Answer: ", Set(["a", "b"])])

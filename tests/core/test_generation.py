@@ -78,7 +78,7 @@ def test_rows_stopping_at_different_steps_end_the_batch_early(lm):
     assert full[0].count(stops[0]) == 1 and stops[0] not in full[1]  # row 0 hits its stop exactly once
     steps = []
     out = generate(lm.model, lm.tokenizer, lm.variant, batch(), GenerationConfig(max_new_tokens=n, stop=stops),
-                   on_token=lambda: steps.append(1))
+                   on_token=lambda tokens: steps.append(len(tokens)))
     assert len(steps) < n
     for text, got in zip(full, out):
         assert got == text[: min(text.index(s) for s in stops if s in text)]

@@ -89,8 +89,8 @@ def test_chat_reads_markup_as_a_set_inside_the_template(client, lm):
 
 def test_the_clients_error_classes_carry_our_one_line(client):
     with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="setllm", messages=[{"role": "user", "content": "hi"}], stream=True)
-    assert bad.value.status_code == 400 and bad.value.body == "stream: streaming is not supported; send stream: false"
+        client.chat.completions.create(model="setllm", messages=[{"role": "user", "content": "hi"}], n=2)
+    assert bad.value.status_code == 400 and bad.value.body == "n: only n=1 is supported"
     with pytest.raises(openai.UnprocessableEntityError) as bad:
         client.completions.create(model="setllm", prompt="hi", max_tokens=100000)
     assert bad.value.body == "max_tokens: at most 512 on this server (--max-generate-tokens), got 100000"

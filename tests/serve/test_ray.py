@@ -5,6 +5,7 @@ router's decisions; SIGTERM drains as the single server does. About 45 s, most o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -139,6 +140,31 @@ def test_a_set_of_documents_goes_where_it_was_read_in_any_order(ray_server):
 
 def _value(text: str, series: str) -> float:
     return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series + " ")), 0.0)
+
+
+STREAMED = [("/v1/completions", {"prompt": "Read: {{a||b}} Then", "max_tokens": 6, "temperature": 0, "logprobs": 1},
+             lambda d: d["choices"][0]["text"] if d.get("choices") else "", lambda w: w["choices"][0]["text"]),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "seed": 7},
+             lambda d: d["choices"][0]["delta"].get("content", "") if d.get("choices") else "", lambda w: w["choices"][0]["message"]["content"]),
+            ("/v1/responses", {"input": "Hi", "max_output_tokens": 6, "temperature": 0},
+             lambda d: d.get("delta", "") if d["type"] == "response.output_text.delta" else "", lambda w: w["output"][0]["content"][0]["text"]),
+            ("/v1/generate", {"prompt": "Read:\n{{" + "||".join(DOCS[:3]) + "}} Say:", "max_new_tokens": 5},
+             lambda d: d["text"] if "model" not in d else "", lambda w: w["text"])]
+
+
+@pytest.mark.slow
+def test_streams_through_the_replicas_join_to_the_single_servers_answers(ray_server, one_server):
+    """Each streaming route through the ingress, piece by piece from a replica: the pieces join to
+    the single server's answer not streamed, bit for bit."""
+    _, url = ray_server
+    for path, body, piece, text in STREAMED:
+        want = one_server.post(path, json=body, headers=AUTH).json()
+        with httpx.stream("POST", url + path, json={**body, "stream": True}, headers=AUTH, timeout=60) as r:
+            assert r.status_code == 200 and r.headers[REPLICA_HEADER] and r.headers["content-type"].startswith("text/event-stream"), path
+            data = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+        events = [json.loads(d) for d in data if d != "[DONE]"]
+        assert "".join(piece(e) for e in events) == text(want), path
+        assert (data[-1] == "[DONE]") == (path != "/v1/responses"), path
 
 
 def test_sigterm_finishes_accepted_requests_turns_new_ones_away_and_stops(ray_server):

@@ -63,7 +63,7 @@ def test_generate_matches_the_library(lm):
 
 def test_completions_has_the_openai_shape(lm):
     with serving(lm) as client:
-        r = client.post("/v1/completions", json={"model": "anything", "prompt": MARKUP, "max_tokens": 5, "temperature": 0, "user": "u1"})
+        r = client.post("/v1/completions", json={"model": "setllm", "prompt": MARKUP, "max_tokens": 5, "temperature": 0, "user": "u1"})
         models = client.get("/v1/models").json()
     assert r.status_code == 200
     body = r.json()
@@ -83,7 +83,7 @@ def test_unknown_fields_are_ignored_by_the_openai_routes_and_named_but_refused_b
     """OpenAI's clients send fields newer than a server (``stream_options``, ``store``, ...):
     the OpenAI routes answer as without them and name them in a header; setllm's own routes,
     whose clients are setllm's, refuse an unknown field with a 422 naming it."""
-    extra = {"store": False, "metadata": {"run": "1"}, "stream_options": None}
+    extra = {"store": False, "metadata": {"run": "1"}, "service_tier": "auto"}
     completion = {"prompt": MARKUP, "max_tokens": 3, "temperature": 0}
     chat = {"messages": [{"role": "user", "content": "Pick one:\n{{apple\n||dog\n}}Answer:"}], "max_tokens": 3, "temperature": 0}
     with serving(lm) as client:
@@ -91,7 +91,7 @@ def test_unknown_fields_are_ignored_by_the_openai_routes_and_named_but_refused_b
             plain, more = client.post(route, json=body), client.post(route, json={**body, **extra})
             assert plain.status_code == more.status_code == 200, more.text
             assert more.json()["choices"] == plain.json()["choices"]
-            assert more.headers["setllm-ignored-fields"] == "metadata,store,stream_options" and "setllm-ignored-fields" not in plain.headers
+            assert more.headers["setllm-ignored-fields"] == "metadata,service_tier,store" and "setllm-ignored-fields" not in plain.headers
         r = client.post("/v1/choose", json={"question": "Q?", "options": ["a", "b"], "store": False})
         assert r.status_code == 422 and "store" in r.json()["error"]
 
@@ -211,8 +211,8 @@ def test_the_openai_client_works(lm):
         completion = client.completions.create(model="setllm", prompt=MARKUP, max_tokens=5, temperature=0, stop=["\n"])
         assert completion.object == "text_completion" and completion.choices[0].text == lm.generate(parse_markup(MARKUP), max_new_tokens=5, stop=["\n"])
         assert [m.id for m in client.models.list()] == ["setllm"]
-        with pytest.raises(openai.BadRequestError):  # a 400, not a stream
-            client.completions.create(model="setllm", prompt="Hi", stream=True)
+        with pytest.raises(openai.NotFoundError):  # a name this server does not serve
+            client.completions.create(model="gpt-4o", prompt="Hi")
         with pytest.raises(openai.BadRequestError) as error:
             client.completions.create(model="setllm", prompt="Hi", n=2)
         assert error.value.body == "n: only n=1 is supported"  # our {"error": ...} line

@@ -47,7 +47,8 @@ BAD = [
     ("/v1/generate", {"prompt": "x", "max_new_tokens": "3"}, 422, "max_new_tokens: Input should be a valid integer"),
     ("/v1/generate", {"prompt": "x", "seed": 2**64}, 422, "seed: Input should be less than or equal to"),
     ("/v1/generate", {"prompt": "x", "stop": "\n"}, 422, "stop: Input should be a valid list"),
-    ("/v1/completions", {"prompt": "x", "stream": True}, 400, "stream: streaming is not supported"),
+    ("/v1/completions", {"prompt": "x", "stream": True, "model": "gpt-4o"}, 404, "no adapter or model 'gpt-4o' on this server; it serves: setllm"),
+    ("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 1000}, 422, "max_tokens: at most 512"),  # a status, not an event
     ("/v1/completions", {"prompt": "x", "n": 2}, 400, "n: only n=1 is supported"),
     ("/v1/completions", {"prompt": [1, "y"]}, 422, "prompt: must be a string (setllm markup allowed), a list of strings, a list of token ids"),
     ("/v1/completions", {"prompt": [[1], []]}, 422, "prompt: must be a string"),
@@ -58,11 +59,19 @@ BAD = [
     ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix: suffix is not supported"),
     ("/v1/chat/completions", {"messages": []}, 422, "messages: List should have at least 1 item"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 422, "messages[0].role: Input should be"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream": True}, 400, "stream: streaming is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}], "stream": True}, 400, "markup"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs: logprobs are not supported on chat"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools: not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}]}, 400, "markup"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}, 422, "max_tokens: at most 512"),
+    ("/v1/responses", {"input": []}, 422, "input: "),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": "function", "name": "f"}]}, 400, "tools: not supported"),
+    ("/v1/responses", {"input": "hi", "previous_response_id": "resp_1"}, 400, "previous_response_id: this server keeps no responses"),
+    ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, 400, "input[0]: only text messages"),
+    ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400, "input[0].content: a string"),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_object"}}}, 400, "text.format: only"),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 1000, "stream": True}, 422, "max_output_tokens: at most 512"),
+    ("/v1/generate", {"prompt": "x", "adapter": "nope", "stream": True}, 404, "no adapter or model 'nope'"),
 ]
 
 
@@ -87,7 +96,9 @@ def test_malformed_json_and_wrong_routes(client_for_bad):
     latin1 = '{"question": "caf\xe9?", "options": ["a", "b"]}'.encode("latin-1")
     r = client_for_bad.post("/v1/choose", content=latin1, headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json() == {"error": "request body is not UTF-8 text (byte 17); send JSON as UTF-8"}
-    assert client_for_bad.get("/v1/nothing").json() == {"error": "Not Found"}
+    r = client_for_bad.get("/v1/nothing")  # an unknown route names every route
+    assert r.status_code == 404 and r.json()["error"].startswith("no route GET /v1/nothing on this server; it serves: POST /v1/choose, ")
+    assert all(route in r.json()["error"] for route in ("POST /v1/responses", "POST /v1/answer", "GET /v1/models", "GET /health", "GET /"))
     r = client_for_bad.get("/v1/choose")
     assert r.status_code == 405 and r.json() == {"error": "Method Not Allowed"}
     r = client_for_bad.post("/v1/choose", content=b"x" * ((1 << 20) + 1), headers={"content-type": "application/json"})

@@ -22,16 +22,18 @@ from ..serve.config import ServeConfig
 from ..serve.ray.options import RAY_PIN, RayOptions
 from .common import add_command, config_from_args, load_setllm, stop_if_interrupted, warn_if_untrained
 
-HELP = "serve the model over HTTP: choose, score, generate, OpenAI-style completions"
+HELP = "serve the model over HTTP: choose, score, judge, generate, answer, OpenAI-style completions, chat and responses"
 
 
 def add_parser(sub, name: str = "serve"):
     p = add_command(sub, name, [ServeConfig, LoadOptions, RayOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
-                                "/v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/completions (OpenAI-compatible), /health, "
-                                "/metrics. Several adapters share one copy of the base weights: a request names its adapter "
-                                "(field 'adapter'; OpenAI routes: 'model'). Concurrent requests are batched without changing any "
-                                "score. SIGTERM or Ctrl-C drains and stops.")
+                                "POST /v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/answer; OpenAI-compatible POST "
+                                "/v1/completions, /v1/chat/completions, /v1/responses (streamed with \"stream\": true, as "
+                                "/v1/generate) and GET /v1/models; GET /health, /metrics, and the playground page at /. "
+                                "Several adapters share one copy of the base weights: a request names its adapter "
+                                "(field 'adapter'; OpenAI routes: 'model'; GET /v1/models lists the names). Concurrent requests "
+                                "are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")
     flag = next(a for a in p._actions if "--adapter" in a.option_strings)  # LoadOptions' flag, made repeatable here
     flag.__class__, flag.metavar = AdapterFlag, "A | NAME=PATH"
     flag.help += (". NAME=PATH (repeatable): one more adapter served beside it under NAME, on the same base weights; with "

@@ -242,15 +242,11 @@ def _walk(node):
                 yield from _walk(child)
 
 
-_warned = False
-
-
 def _warn_on_boundaries(prompt: SetPrompt) -> None:
-    """Warn once if a segment ends with whitespace that joined text would merge forward (the
-    last one too: the response is joined to it)."""
-    global _warned
-    if _warned:
-        return
+    """Warn if a segment ends with whitespace that joined text would merge forward (the last
+    one too: the response is joined to it). Every such prompt warns; the warnings filters
+    say how often it is shown (Python's default: once per calling line; the CLI: once), so a
+    server can tell each request that has the problem (setllm.serve.warned)."""
     for seg in prompt.segments:
         parts = [seg] if isinstance(seg, str) else list(seg.elements)
         if any(p.endswith((" ", "\t", "\n\n")) for p in parts):
@@ -259,5 +255,4 @@ def _warn_on_boundaries(prompt: SetPrompt) -> None:
                 "differs from the joined text. Put that whitespace at the start of the next segment.",
                 SetLLMWarning, stacklevel=3,
             )
-            _warned = True
             return

@@ -115,8 +115,9 @@ def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: Ge
     that ended it included, and those of a stop string or a character cut in half that the
     text leaves out (OpenAI's log-probs show what was generated, not what was kept).
     ``prefilled``: the ``(cache, next-token log-probs)`` of the batch, where already made
-    (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.scoring.prefill` makes them."""
-    stop_ids = _eos_ids(model, tokenizer)
+    (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.scoring.prefill` makes them.
+    ``on_token(tokens)``: see :func:`decode_after_prefill`."""
+    stop_ids = eos_ids(model, tokenizer)
     cache, logprobs = prefilled or prefill(model, variant, batch)
     rows = decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token)
     return [(_finish(tokenizer, t, config.stop, stop_ids), t) for t in rows]
@@ -127,8 +128,9 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
                          on_token=None) -> list[list[int]]:
     """Every row's sampled tokens after :func:`setllm.core.scoring.prefill` gave ``cache`` and the
     next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
-    cache is consumed (it grows)."""
-    stop_ids = _eos_ids(model, tokenizer)
+    cache is consumed (it grows). ``on_token(tokens)`` after each step, with every row's tokens
+    so far (the lists this returns, growing): a caller's way to stream them, or to stop by raising."""
+    stop_ids = eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
     ended = [False] * len(tokens)  # hit a stop id: later tokens are dropped
@@ -140,7 +142,7 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
                     tokens[row].append(t)
                     ended[row] = t in stop_ids
             if on_token is not None:
-                on_token()
+                on_token(tokens)
             if config.stop:
                 stopped = [s or _hit_stop(tokenizer, t, config.stop, stop_ids) for s, t in zip(stopped, tokens)]
                 if all(stopped):
@@ -148,7 +150,8 @@ def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache
     return tokens
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
+def eos_ids(model, tokenizer) -> set[int]:
+    """The ids that end a row: the model's generation config's EOS ids and the tokenizer's."""
     ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = ids if isinstance(ids, (list, tuple)) else [ids]
     return {i for i in [*ids, tokenizer.eos_token_id] if i is not None}

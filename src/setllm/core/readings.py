@@ -31,7 +31,8 @@ class Reading(Protocol):
         """Every option of every request scored after its prompt."""
 
     def generate(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig, on_token=None) -> list[Generated]:
-        """Text and token ids generated after each prompt (``on_token``: called after each step)."""
+        """Text and token ids generated after each prompt (``on_token(tokens)``: called after each
+        step with each prompt's tokens so far)."""
 
     def logprobs(self, request: scoring.ScoreRequest) -> torch.Tensor:
         """The log-probs ``[n, V]`` at each token of the request's one option, the bits :meth:`score` sums."""

@@ -1,11 +1,14 @@
 """``create_app(lm, config)``: the FastAPI application, usable without a network (tests use
-``TestClient``). Owns the error shape: every failure is ``{"error": "<one line>"}``."""
+``TestClient``). Owns the error shape: every failure is ``{"error": "<one line>"}`` (a path it
+does not serve: a 404 listing the routes), and what every answer carries: ``x-request-id``, and
+a ``setllm-warning`` header per warning about the request (:mod:`.warned`)."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -15,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from .. import __version__
 from ..errors import SetLLMError
-from . import auth, openai, page
+from . import auth, openai, page, warned
 from .config import ServeConfig
 from .errors import (
     ApiError,
@@ -33,6 +36,8 @@ from .service import Service
 MAX_BODY_BYTES = 1 << 20  # a request body past 1 MiB is refused before it is read
 ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
 KNOWN_PATHS = frozenset(r.path for r in (*router.routes, *openai.router.routes))
+ROUTES = ", ".join(f"{m} {r.path}" for r in (*router.routes, *openai.router.routes, *page.router.routes) for m in sorted(r.methods))
+CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's own x-request-id, kept where it is this plain
 log = logging.getLogger("setllm.serve")
 
 
@@ -45,11 +50,13 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warned.HOOK.install()
         await service.start()
         try:
             yield
         finally:
             await service.stop()
+            warned.HOOK.remove()
 
     app = FastAPI(title="setllm serve", version=__version__, lifespan=lifespan,
                   description="An order-invariant model behind HTTP: options and set elements are read as sets.")
@@ -64,18 +71,40 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=No
 
 async def _track(request: Request, call_next):
     """Turn requests away while draining or when the body is too big; count the rest and
-    time them (``/metrics``)."""
+    time them (``/metrics``); a stream counts as in flight (a drain waits for it) until its
+    last event is out. Every answer names the request (``x-request-id``) and carries what
+    setllm warned about it (:mod:`.warned`)."""
     service: Service = request.app.state.service
-    start, status = time.perf_counter(), 500
+    start, status, streaming = time.perf_counter(), 500, False
     service.in_flight += 1
-    try:
-        refusal = _refusal(request, service)
-        response = error_response(refusal) if refusal else await call_next(request)
-        status = response.status_code
-        return response
-    finally:
+
+    def done() -> None:
         service.in_flight -= 1
         service.metrics.observe_request(_endpoint(request), status, time.perf_counter() - start)
+
+    given = request.headers.get(warned.REQUEST_ID, "")
+    notes = warned.Notes(f"{request.method} {request.url.path}", *([given] if CLIENT_ID.fullmatch(given) else []))
+    try:
+        with warned.collecting(notes):  # the route's task runs in a copy of this context: it sees the notes
+            refusal = _refusal(request, service)
+            response = error_response(refusal) if refusal else await call_next(request)
+        status = response.status_code
+        for name, value in notes.headers():
+            response.headers.append(name, value)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.body_iterator, streaming = _counted(response.body_iterator, done), True
+        return response
+    finally:
+        if not streaming:  # a stream's end calls it
+            done()
+
+
+async def _counted(body: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        done()
 
 
 def _endpoint(request: Request) -> str:
@@ -150,6 +179,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             problem = await _body_problem(request)
             if problem:
                 return error_response(BadRequest(problem))
+        if exc.status_code == 404 and request.scope.get("route") is None:  # no route: say which there are
+            return JSONResponse({"error": f"no route {request.method} {request.url.path} on this server; it serves: {ROUTES}"}, status_code=404)
         return JSONResponse({"error": one_line(str(exc.detail))}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

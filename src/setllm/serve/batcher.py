@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import warned
 from .errors import ApiError, Internal, QueueFull, ShuttingDown, Timeout
 from .worker import ModelThread
 
@@ -25,7 +26,8 @@ log = logging.getLogger("setllm.serve")
 
 @dataclass(eq=False)
 class Ticket:
-    """One request on its way through: its job, its future, its deadline."""
+    """One request on its way through: its job, its future, its deadline, and the notes of
+    the request it is for (what setllm warns about it: :mod:`.warned`)."""
 
     job: Any
     future: asyncio.Future
@@ -33,6 +35,7 @@ class Ticket:
     timeout_s: float
     batcher: Batcher
     abandoned: bool = field(default=False)
+    notes: warned.Notes | None = field(default_factory=warned.current)
 
     def stop_reason(self) -> ApiError | None:
         """Why the worker should drop this request now, if it should (read on the model

@@ -24,10 +24,12 @@ import torch
 
 from ..core import scoring
 from ..core.encoding import EncodedPrompt
-from ..core.generation import GenerationConfig
+from ..core.generation import GenerationConfig, eos_ids
 from ..core.prompt import SetPrompt
 from ..readouts import JudgeRow, candidate_scores
+from . import warned
 from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
+from .streaming import Started, TextStream
 
 log = logging.getLogger("setllm.serve")
 
@@ -58,8 +60,10 @@ class GenerateJob:
     """Generate after ``prompt`` (a set prompt, or token ids read as plain text); with
     ``config`` None nothing is generated (OpenAI's ``max_tokens: 0``). ``logprobs``: also the
     log-prob of every token and the ``logprobs`` likeliest at its place; ``echo``: the
-    prompt's own tokens first (read as :meth:`setllm.SetLLM.echo_details` says). Always read
-    by the main model (``model``: as :class:`ScoreJob`'s, for :class:`Engines`)."""
+    prompt's own tokens first (read as :meth:`setllm.SetLLM.echo_details` says). ``model``: as
+    :class:`ScoreJob`'s, for :class:`Engines`. ``stream``: called on the model thread with a
+    :class:`.streaming.Started` once the job passed its checks, then with each new piece of
+    its text (:class:`.streaming.TextStream`): the same generation, streamed as it runs."""
 
     prompt: SetPrompt | tuple[int, ...]
     config: GenerationConfig | None
@@ -67,6 +71,7 @@ class GenerateJob:
     echo: bool = False
     model: str = "main"
     field: str = "max_new_tokens"  # what the request calls max_new_tokens, for the fit rule's message
+    stream: Callable[[Any], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,11 @@ class Generated:
 
 class Item(Protocol):
     """A job as the worker sees it: ``stop_reason()`` says whether to drop it (timed out,
-    server stopping) before or while it runs."""
+    server stopping) before or while it runs; ``notes``: the request's (:mod:`.warned`: what
+    setllm warns about while preparing or running it goes back with the request)."""
 
     job: ScoreJob | GenerateJob
+    notes: warned.Notes | None
 
     def stop_reason(self) -> ApiError | None: ...
 
@@ -154,7 +161,8 @@ class Engine:
             if outcomes[i] is not None:
                 continue
             try:
-                ready.append(self.prepare(i, item.job))
+                with warned.collecting(getattr(item, "notes", None)):
+                    ready.append(self.prepare(i, item.job))
             except Exception as e:  # noqa: BLE001 - any failure is this request's alone
                 outcomes[i] = self._failure(e, item)
         for group in _groups(ready):
@@ -173,13 +181,15 @@ class Engine:
         if not live:
             return
         job = items[live[0].index].job
+        alone = getattr(items[live[0].index], "notes", None) if len(live) == 1 else None  # a shared forward's words are nobody's
         try:
-            if isinstance(job, GenerateJob):
-                results = self._generate(live[0], job, items[live[0].index])
-            elif isinstance(job, JudgeJob):
-                results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
-            else:
-                results = self.score_group(live)
+            with warned.collecting(alone):
+                if isinstance(job, GenerateJob):
+                    results = self._generate(live[0], job, items[live[0].index])
+                elif isinstance(job, JudgeJob):
+                    results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
+                else:
+                    results = self.score_group(live)
             yield from zip(live, results)
         except Exception as e:  # noqa: BLE001 - a failed forward is answered, never raised
             if len(live) == 1:
@@ -242,14 +252,20 @@ class Engine:
     @torch.no_grad()
     def _generate(self, prep: _Prepared, job: GenerateJob, item: Item) -> list[Generated | ApiError]:
         lm, steps = self.lm, 0
+        prompt_text = lm.tokenizer.decode(prep.enc.input_ids) if job.echo else ""
+        pieces = TextStream(lm.tokenizer, job.config.stop, eos_ids(lm.model, lm.tokenizer)) if job.stream and job.config else None
 
-        def on_token():  # a timed-out or abandoned generation frees the model at once
+        def on_token(tokens):  # a timed-out or abandoned generation frees the model at once
             nonlocal steps
             steps += 1
             reason = item.stop_reason()
             if reason is not None:
                 raise _Stopped(reason)
+            if pieces is not None and (piece := pieces.step(tokens[0])):
+                job.stream(piece)
 
+        if job.stream is not None:
+            job.stream(Started(prompt_text))
         text, finish = "", "length"
         self.on_forward(1)
         if job.config is not None:
@@ -261,7 +277,6 @@ class Engine:
         tokens = self._echo(prep.enc, job.logprobs or 0) if job.echo else []
         if job.logprobs is not None and job.config is not None:
             tokens += self._details(prep.enc, ids, job.logprobs)
-        prompt_text = lm.tokenizer.decode(prep.enc.input_ids) if job.echo else ""
         return [Generated(text, steps, len(prep.enc), finish, prompt_text, tokens)]
 
     def _echo(self, enc: EncodedPrompt, top: int) -> list[TokenLogprob]:

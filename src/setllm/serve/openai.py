@@ -1,5 +1,6 @@
-"""The OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions`` and
-``/v1/models``, their request and response bodies, and what of OpenAI's API they honour.
+"""The OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/responses`` (text) and ``/v1/models``, their request and response bodies, their streams
+(server-sent events, :mod:`.streaming`), and what of OpenAI's API they honour.
 
 A text prompt may carry setllm markup (``{{a||b}}`` makes a set); token ids are read as plain
 text. pydantic resolves the (postponed) annotations in this module's namespace, so every type
@@ -14,12 +15,14 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.generation import GenerationConfig
 from .errors import BadRequest
 from .schemas import ERRORS, SEED_MAX, stop_form
-from .service import parse_prompt
+from .service import Service, parse_prompt
+from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
 IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored, comma-separated
@@ -35,6 +38,14 @@ def _completion_prompt(value: Any) -> Any:
     if isinstance(value, list) and value and (all(isinstance(s, str) for s in value) or all(ids(v) for v in value)):
         return value
     raise ValueError("must be a string (setllm markup allowed), a list of strings, a list of token ids, or a list of those")
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk with the usage (``choices: []``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
 
 
 class OpenAIRequest(BaseModel):
@@ -55,6 +66,7 @@ class OpenAIRequest(BaseModel):
     stop: Annotated[Any, BeforeValidator(stop_form)] = None
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
@@ -140,9 +152,23 @@ class ChatResponse(BaseModel):
     usage: Usage
 
 
+class ResponsesRequest(OpenAIRequest):
+    """``POST /v1/responses`` (OpenAI's Responses API, text only): ``input`` a string or a list
+    of messages (``{"role", "content"}``, content a string or ``input_text``/``output_text``
+    parts), ``instructions`` a system message before them; read as chat is."""
+
+    input: str | list[dict] = Field(min_length=1)
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    tools: list | None = None
+    tool_choice: Any = None
+    text: dict | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+
+
 # field -> (the one value we honour, why); the routes refuse any other value with a 400.
 UNSUPPORTED = {
-    "stream": (False, "streaming is not supported; send stream: false"),
     "n": (1, "only n=1 is supported"),
     "presence_penalty": (0.0, "penalties are not supported"),
     "frequency_penalty": (0.0, "penalties are not supported"),
@@ -155,9 +181,10 @@ CHAT_UNSUPPORTED = {**UNSUPPORTED,
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
-async def completions(body: CompletionRequest, request: Request, response: Response) -> CompletionResponse:
+async def completions(body: CompletionRequest, request: Request, response: Response) -> CompletionResponse | StreamingResponse:
     """OpenAI-compatible text completion (the legacy API, with ``echo`` and ``logprobs``);
-    a text prompt may carry setllm markup, token ids are read as plain text."""
+    a text prompt may carry setllm markup, token ids are read as plain text. ``stream``:
+    server-sent chunks, ``data: [DONE]`` last."""
     service = request.app.state.service
     _name_ignored(body, response)
     _refuse_unsupported(body, COMPLETION_UNSUPPORTED)
@@ -165,6 +192,9 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
+    if body.stream:
+        jobs = [lambda sink, p=p: service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
+        return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
     outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
@@ -173,9 +203,10 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
 
 
 @router.post("/v1/chat/completions", response_model=ChatResponse, responses=ERRORS)
-async def chat_completions(body: ChatRequest, request: Request, response: Response) -> ChatResponse:
+async def chat_completions(body: ChatRequest, request: Request, response: Response) -> ChatResponse | StreamingResponse:
     """OpenAI-compatible chat: the model's chat template around the messages; ``{{a||b}}``
-    markup in a message makes a set (the template's own tokens are never inside one)."""
+    markup in a message makes a set (the template's own tokens are never inside one).
+    ``stream``: server-sent ``chat.completion.chunk`` objects, ``data: [DONE]`` last."""
     service = request.app.state.service
     _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
@@ -186,10 +217,89 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     prompt = service.chat([m.model_dump() for m in body.messages])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
+    if body.stream:
+        job = lambda sink: service.generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
+        return await _streamed([job], _ChatChunks(body, service.answered_by(body.model)), response)
     out = await service.generate(prompt, config, field, adapter=body.model)
     choice = ChatChoice(index=0, message=ChatMessage(role="assistant", content=out.text), finish_reason=out.finish_reason)
     return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
                         choices=[choice], usage=_usage([out]))
+
+
+# -- streams (:mod:`.streaming`) ------------------------------------------------------------
+class _Chunks(Chunks):
+    """An OpenAI route's stream: one ``id`` and ``created`` for every chunk; with
+    ``stream_options.include_usage`` a last chunk holds the usage (``choices: []``, and
+    ``usage: null`` in every other chunk), then ``data: [DONE]``."""
+
+    def __init__(self, body: OpenAIRequest, model: str, prefix: str):
+        self.body, self.model = body, model
+        self.id, self.created = f"{prefix}{uuid.uuid4().hex}", int(time.time())
+        self.include_usage = body.stream_options is not None and body.stream_options.include_usage
+
+    def tail(self, outs: list) -> list[bytes]:
+        usage = [self.chunk([], usage=_usage(outs).model_dump())] if self.include_usage else []
+        return [*usage, DONE]
+
+    def chunk(self, choices: list[dict], **more: Any) -> bytes:
+        raise NotImplementedError
+
+
+def _streamed(jobs: list, chunks: Chunks, response: Response):
+    """:func:`.streaming.streamed`, naming the ignored fields as an answer not streamed does."""
+    return streamed(jobs, chunks, {k: v for k, v in response.headers.items() if k == IGNORED_HEADER})
+
+
+class _CompletionChunks(_Chunks):
+    """``/v1/completions``: a ``text_completion`` chunk per piece; each choice's last carries its
+    ``finish_reason`` and, with ``logprobs``, every token's log-probs (computed after the text by
+    the scoring driver, as for a request not streamed); with ``echo`` the prompt comes first."""
+
+    def __init__(self, body: CompletionRequest, model: str):
+        super().__init__(body, model, "cmpl-")
+
+    def chunk(self, choices: list[dict], **more: Any) -> bytes:
+        usage = {"usage": None} if self.include_usage else {}
+        return sse({"id": self.id, "object": "text_completion", "created": self.created, "model": self.model, "choices": choices,
+                    **usage, **more})
+
+    def choice(self, index: int, text: str, logprobs=None, finish: str | None = None) -> bytes:
+        return self.chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}])
+
+    def started(self, index: int, event: Started) -> list[bytes]:
+        return [self.choice(index, event.prompt_text)] if event.prompt_text else []
+
+    def piece(self, index: int, text: str) -> bytes:
+        return self.choice(index, text)
+
+    def finished(self, index: int, out, last: str) -> list[bytes]:
+        logprobs = _legacy_logprobs(out).model_dump() if self.body.logprobs is not None else None
+        return [self.choice(index, last, logprobs, out.finish_reason)]
+
+
+class _ChatChunks(_Chunks):
+    """``/v1/chat/completions``: ``chat.completion.chunk`` objects: the assistant's role first,
+    a ``delta`` per piece, then an empty ``delta`` with the ``finish_reason``."""
+
+    def __init__(self, body: ChatRequest, model: str):
+        super().__init__(body, model, "chatcmpl-")
+
+    def chunk(self, choices: list[dict], **more: Any) -> bytes:
+        usage = {"usage": None} if self.include_usage else {}
+        return sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model, "choices": choices,
+                    **usage, **more})
+
+    def delta(self, delta: dict, finish: str | None = None) -> bytes:
+        return self.chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+
+    def started(self, index: int, event: Started) -> list[bytes]:
+        return [self.delta({"role": "assistant", "content": ""})]
+
+    def piece(self, index: int, text: str) -> bytes:
+        return self.delta({"content": text})
+
+    def finished(self, index: int, out, last: str) -> list[bytes]:
+        return [*([self.delta({"content": last})] if last else []), self.delta({}, out.finish_reason)]
 
 
 def _generation_config(body, max_tokens: int) -> GenerationConfig:
@@ -209,6 +319,126 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
         at += len(t.text)
     return CompletionLogprobs(tokens=[t.text for t in out.tokens], token_logprobs=[t.logprob for t in out.tokens],
                               top_logprobs=[t.top for t in out.tokens], text_offset=offsets)
+
+
+@router.post("/v1/responses", response_model=None, responses=ERRORS)
+async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
+    """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
+    messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
+    ``response.incomplete`` when ``max_output_tokens`` ran out) last. No tools, no stored state."""
+    service: Service = request.app.state.service
+    _name_ignored(body, response)
+    _refuse_unsupported(body, UNSUPPORTED)
+    _refuse_unsupported_responses(body)
+    prompt = service.chat(_responses_messages(body))
+    config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
+    events = _ResponseEvents(body, service.answered_by(body.model))
+    if body.stream:
+        job = lambda sink: service.generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
+        return await _streamed([job], events, response)
+    out = await service.generate(prompt, config, "max_output_tokens", adapter=body.model)
+    return events.response(out.text, out)
+
+
+def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
+    if body.tools:
+        raise BadRequest("tools: not supported; this server answers with text (an openai-agents Agent without tools works)")
+    if body.tool_choice not in (None, "auto", "none"):
+        raise BadRequest("tool_choice: not supported; this server answers with text")
+    if body.text and (body.text.get("format") or {}).get("type", "text") != "text":
+        raise BadRequest("text.format: only {\"type\": \"text\"} is supported")
+    if body.previous_response_id is not None or body.conversation is not None:
+        field = "previous_response_id" if body.previous_response_id is not None else "conversation"
+        raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
+
+
+def _responses_messages(body: ResponsesRequest) -> list[dict]:
+    """``instructions`` and ``input`` as chat messages (the Responses API's text items)."""
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    if isinstance(body.input, str):
+        return [*system, {"role": "user", "content": body.input}]
+    return [*system, *(_input_message(i, item) for i, item in enumerate(body.input))]
+
+
+def _input_message(i: int, item: dict) -> dict:
+    kind, role, content = item.get("type", "message"), item.get("role"), item.get("content")
+    if kind != "message" or role not in ("user", "assistant", "system", "developer"):
+        raise BadRequest(f"input[{i}]: only text messages (role user, assistant, system or developer) are supported, "
+                         f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list) or any(not isinstance(p, dict) or p.get("type") not in TEXT_PARTS for p in content):
+        raise BadRequest(f"input[{i}].content: a string or a list of text parts ({', '.join(TEXT_PARTS)})")
+    return {"role": role, "content": "".join(str(p.get("text", "")) for p in content)}
+
+
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class _ResponseEvents(_Chunks):
+    """The Responses API's objects and stream: ``response.created`` and ``in_progress``, the
+    message item and its text part added, ``response.output_text.delta`` per piece, the text,
+    part and item done, then ``response.completed`` (``response.incomplete`` when the tokens ran
+    out), each an ``event:`` of its own with a ``sequence_number``, as OpenAI sends them."""
+
+    def __init__(self, body: ResponsesRequest, model: str):
+        super().__init__(body, model, "resp_")
+        self.item_id, self.sequence = f"msg_{uuid.uuid4().hex}", 0
+
+    def event(self, kind: str, **data: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.sequence, **data}
+        self.sequence += 1
+        return sse(data, event=kind)
+
+    def response(self, text: str | None, out=None) -> dict:
+        """The response object: in progress (``text`` None), else completed or incomplete."""
+        status = "in_progress" if text is None else "incomplete" if out.finish_reason == "length" else "completed"
+        output = [] if text is None else [self.message(text, "completed" if status == "completed" else "incomplete")]
+        usage = None if out is None else {"input_tokens": out.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                                          "output_tokens": out.n_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                                          "total_tokens": out.prompt_tokens + out.n_tokens}
+        b = self.body
+        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
+                "output": output, "usage": usage, "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "parallel_tool_calls": False,
+                "temperature": b.temperature, "top_p": b.top_p, "tool_choice": b.tool_choice or "auto", "tools": [],
+                "text": {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
+                "previous_response_id": None}
+
+    def message(self, text: str, status: str) -> dict:
+        return {"id": self.item_id, "type": "message", "role": "assistant", "status": status, "content": [self.part(text)]}
+
+    @staticmethod
+    def part(text: str) -> dict:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def at(self) -> dict:
+        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+
+    def started(self, index: int, event: Started) -> list[bytes]:
+        begun = self.response(None)
+        return [self.event("response.created", response=begun), self.event("response.in_progress", response=begun),
+                self.event("response.output_item.added", output_index=0,
+                           item={"id": self.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}),
+                self.event("response.content_part.added", **self.at(), part=self.part(""))]
+
+    def piece(self, index: int, text: str) -> bytes:
+        return self.event("response.output_text.delta", **self.at(), delta=text, logprobs=[])
+
+    def finished(self, index: int, out, last: str) -> list[bytes]:
+        done = self.response(out.text, out)
+        return [*([self.piece(index, last)] if last else []),
+                self.event("response.output_text.done", **self.at(), text=out.text, logprobs=[]),
+                self.event("response.content_part.done", **self.at(), part=self.part(out.text)),
+                self.event("response.output_item.done", output_index=0, item=done["output"][0]),
+                self.event(f"response.{done['status']}", response=done)]
+
+    def failed(self, err) -> bytes:
+        return self.event("error", code=str(err.status), message=err.message, param=None)
+
+    def tail(self, outs: list) -> list[bytes]:
+        return []  # the Responses API ends with its terminal event, no [DONE]
 
 
 @router.get("/v1/models")

@@ -10,7 +10,7 @@ handler here (``/v1/judge`` is the smallest example).
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from ..core.generation import GenerationConfig
 from .auth import authorized
@@ -29,6 +29,7 @@ from .schemas import (
     ScoreResponse,
 )
 from .service import Service, parse_prompt
+from .streaming import Chunks, sse, streamed
 
 router = APIRouter()
 
@@ -61,11 +62,29 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
 
 
 @router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)
-async def generate(body: GenerateRequest, request: Request) -> GenerateResponse:
-    """Generate a response to a set prompt."""
+async def generate(body: GenerateRequest, request: Request) -> GenerateResponse | StreamingResponse:
+    """Generate a response to a set prompt (``stream``: its text as it grows)."""
+    service = service_of(request)
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop)
-    out = await service_of(request).generate(parse_prompt(body.prompt), config, adapter=body.adapter, variant=body.variant)
-    return GenerateResponse(text=out.text, **service_of(request).reading(body.adapter, variant=body.variant))
+    prompt = parse_prompt(body.prompt)
+    if body.stream:
+        job = lambda sink: service.generate(prompt, config, adapter=body.adapter, variant=body.variant, stream=sink)  # noqa: E731
+        return await streamed([job], _GenerateChunks(service.reading(body.adapter, variant=body.variant)))
+    out = await service.generate(prompt, config, adapter=body.adapter, variant=body.variant)
+    return GenerateResponse(text=out.text, **service.reading(body.adapter, variant=body.variant))
+
+
+class _GenerateChunks(Chunks):
+    """``/v1/generate``'s stream: ``{"text": piece}`` per piece, then the route's own answer."""
+
+    def __init__(self, reading: dict):
+        self.reading = reading
+
+    def piece(self, index: int, text: str) -> bytes:
+        return sse({"text": text})
+
+    def finished(self, index: int, out, last: str) -> list[bytes]:
+        return [*([self.piece(index, last)] if last else []), sse(GenerateResponse(text=out.text, **self.reading).model_dump())]
 
 
 @router.post("/v1/answer", response_model=AnswerResponse, responses=ERRORS)

@@ -100,6 +100,8 @@ class GenerateRequest(Request):
     top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     seed: int | None = Field(default=0, ge=0, le=SEED_MAX)
     stop: list[str] = Field(default_factory=list, max_length=16)
+    stream: bool = Field(default=False, description="server-sent events: {\"text\": piece} as the text grows, then this "
+                         "route's answer, then [DONE]")
 
 
 class GenerateResponse(Reading):

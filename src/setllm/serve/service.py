@@ -102,15 +102,17 @@ class Service:
         return [(DOCUMENTS, DeferredModel(origin, functools.partial(self.lm.documents_reader, say=False)))]  # the start-up lines say it
 
     def engine_key(self, name: str | None, default: str = "main", variant: str | None = None) -> str:
-        """The engine that reads a request naming ``name``: None, the served model's name or
-        ``"setllm"`` mean ``default``, as any name does on a server with no adapters to pick
-        from (an OpenAI client must send some ``model``); else an adapter's name, and an
-        unknown one is a 404 listing what is served (a typo never reads with another adapter)."""
-        if name is None or name in (self.model_name, GENERIC_NAME) or not self.adapters:
+        """The engine that reads a request naming ``name`` (setllm's ``adapter``, OpenAI's
+        ``model``): None, ``"setllm"`` or the served model's name mean ``default`` (the
+        default reading); else it must be a served adapter's name (``GET /v1/models``), with
+        one adapter served or several. Any other name is a 404 listing what is served: a typo,
+        or another provider's model name, never reads with another adapter or model."""
+        if name is None or name in (self.model_name, GENERIC_NAME):
             name = default
+        elif name not in self.adapters:
+            raise NotFound(f"no adapter or model {name!r} on this server; it serves: {', '.join(self.served)} "
+                           f"({GENERIC_NAME!r} or no name: the default reading)")
         key = self.aliases.get(name, name)
-        if key not in self.engines:
-            raise NotFound(f"no adapter or model {name!r} on this server; it serves: {', '.join(self.served)}")
         return key if variant is None else self._variant_engine(key, variant)
 
     def _variant_engine(self, key: str, variant: str) -> str:
@@ -221,15 +223,16 @@ class Service:
 
     async def generate(self, prompt: SetPrompt | tuple[int, ...], config: GenerationConfig | None, field: str = "max_new_tokens",
                        logprobs: int | None = None, echo: bool = False, adapter: str | None = None, variant: str | None = None,
-                       default: str = "main") -> Generated:
+                       default: str = "main", stream: Callable[[Any], None] | None = None) -> Generated:
         """``field``: what the request calls ``max_new_tokens``, for the error message;
-        ``config`` None: generate nothing (echo only); ``logprobs``/``echo``: see :class:`GenerateJob`;
-        ``adapter``: as :meth:`score`'s (``default``: the model of a request naming none)."""
+        ``config`` None: generate nothing (echo only); ``logprobs``/``echo``/``stream``: see
+        :class:`GenerateJob`; ``adapter``: as :meth:`score`'s (``default``: the model of a
+        request naming none)."""
         key = self.engine_key(adapter, default, variant)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
             raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
-        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field))
+        return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
     def chat(self, messages: Sequence[dict]) -> SetPrompt:
         """Chat messages as the prompt the model reads (:func:`setllm.core.chat.chat_prompt`)."""

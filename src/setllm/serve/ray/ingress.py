@@ -1,15 +1,18 @@
 """``Ingress``: the endpoint's one thin deployment. It reads a request's documents
 (:mod:`.documents`), hands the request to an engine replica through a handle whose router
-sees them (:mod:`.router`), and returns the replica's answer as it is. ``/metrics`` it
-answers itself: every replica's counts and the router's decisions in one place."""
+sees them (:mod:`.router`), and returns the replica's answer as it is; a streamed one
+(``"stream": true``) piece by piece, as the replica sends it. ``/metrics`` it answers itself:
+every replica's counts and the router's decisions in one place."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..auth import refusal
 from ..config import ServeConfig
@@ -29,7 +32,8 @@ REPLICA_GAUGES = {  # replica stat -> (metric, help)
     "queued": ("setllm_queue_depth", "Requests waiting for the replica's model."),
 }
 KNOWN = ("/v1/choose", "/v1/score", "/v1/judge", "/v1/generate", "/v1/answer", "/v1/completions", "/v1/chat/completions",
-         "/v1/models", "/health", "/metrics", "/")
+         "/v1/responses", "/v1/models", "/health", "/metrics", "/")
+STREAMING = ("/v1/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses")  # routes that stream with "stream": true
 
 
 class Ingress:
@@ -42,7 +46,7 @@ class Ingress:
         self.replicas: dict[str, dict[str, float]] = {}  # each replica's counts, as of its latest answer
         self.answered: dict[str, int] = {}
         self.draining = False
-        self.in_flight = 0  # requests forwarded and not answered yet
+        self.in_flight = 0  # requests forwarded and not answered yet (a stream: until its last piece)
 
     async def __call__(self, request: Request) -> Response:
         start, path = time.perf_counter(), request.url.path
@@ -69,6 +73,8 @@ class Ingress:
         path = request.url.path
         sent = {"method": request.method, "path": path, "query": request.url.query, "headers": list(request.headers.items()),
                 "body": body, "documents": request_documents(path, body) if request.method == "POST" else []}
+        if request.method == "POST" and path in STREAMING and _asks_stream(body):
+            return await self.forward_stream(sent)
         try:
             out = await self.engine.remote(sent)
         except Exception as e:  # noqa: BLE001 - the replica died or left mid-request: the client may retry elsewhere
@@ -81,6 +87,38 @@ class Ingress:
         response = Response(out["body"], status_code=out["status"])
         response.raw_headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers),
                                 (b"content-length", str(len(out["body"])).encode())]
+        return response
+
+    async def forward_stream(self, sent: dict) -> Response:
+        """A streamed request: the replica's status and headers, then its pieces as they come
+        (:meth:`.replica.EngineReplica.stream`); the stream counts as in flight until its end, so
+        a drain waits for it. A client that leaves cancels the replica's stream (its generation stops)."""
+        pieces = self.engine.options(stream=True, method_name="stream").remote(sent)
+        try:
+            head = await pieces.__anext__()
+        except Exception as e:  # noqa: BLE001 - as forward(): the replica died or left before answering
+            log.warning("a replica failed to answer %s: %s", sent["path"], e)
+            return _error(QueueFull("the replica answering this request stopped; retry it"))
+        name = head["replica"]
+        self.answered[name] = self.answered.get(name, 0) + 1
+        self.in_flight += 1
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for piece in pieces:
+                    if isinstance(piece, dict):
+                        self.replicas[name] = piece["stats"]
+                    else:
+                        yield piece
+            except Exception as e:  # noqa: BLE001 - the status went out already: the stream ends short
+                log.warning("a replica stopped streaming %s: %s", sent["path"], e)
+            finally:
+                self.in_flight -= 1
+                pieces.cancel()
+
+        response = StreamingResponse(body(), status_code=head["status"])
+        response.raw_headers = [*((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in head["headers"] if k.lower() != "content-length"),
+                                (REPLICA_HEADER.encode(), name.encode("latin-1"))]
         return response
 
     def own_metrics(self, request: Request) -> Response:
@@ -108,6 +146,15 @@ class Ingress:
                 lines += [*_header(name, "gauge", help_ + " As of its latest answer."),
                           *(f'{name}{{replica="{_esc(r)}"}} {_num(v)}' for r, v in rows)]
         return text + "\n".join(lines) + "\n"
+
+
+def _asks_stream(body: bytes) -> bool:
+    """Whether a request's JSON body asks for a stream (a body that does not parse: no, the replica says what is wrong)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
 
 
 def _error(err: ApiError) -> JSONResponse:

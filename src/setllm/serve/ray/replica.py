@@ -1,12 +1,14 @@
 """``EngineReplica``: one replica's body, the very app ``setllm serve`` runs (routes, limits,
 batching, errors), called in-process with each request the ingress forwards. Its answer
-carries the replica's name and counts, which the ingress shows at ``/metrics``."""
+carries the replica's name and counts, which the ingress shows at ``/metrics``; a streamed
+answer (:meth:`EngineReplica.stream`) goes back piece by piece, as the app sends it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 Request = dict[str, Any]  # method, path, query, headers [(name, value)], body (bytes), documents (keys)
@@ -28,6 +30,27 @@ class EngineReplica:
     async def __call__(self, request: Request) -> dict[str, Any]:
         status, headers, body = await call_asgi(self.app, request)
         return {"status": status, "headers": headers, "body": body, "replica": self.name, "stats": self.stats()}
+
+    async def stream(self, request: Request) -> AsyncIterator[Any]:
+        """A streamed request (``stream: true``): ``{"status", "headers", "replica"}`` first, then
+        each piece of the body (bytes) as the app sends it, then ``{"stats": ...}``. When the
+        ingress stops reading (its client left), the app sees its client disconnect: the
+        generation stops at its next token, as on the single server."""
+        messages: asyncio.Queue = asyncio.Queue()
+        gone = asyncio.Event()
+        app = asyncio.ensure_future(self.app(_scope(request), _receiver(request, gone), messages.put))
+        app.add_done_callback(lambda _: messages.put_nowait(None))
+        try:
+            while (message := await messages.get()) is not None:
+                if message["type"] == "http.response.start":
+                    yield {"status": message["status"], "headers": _headers(message), "replica": self.name}
+                elif message["type"] == "http.response.body" and message.get("body"):
+                    yield message["body"]
+            yield {"stats": self.stats()}
+        finally:
+            gone.set()
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(app), 5)
 
     def stats(self) -> dict[str, float]:
         """What ``/metrics`` of the endpoint shows for this replica."""
@@ -59,26 +82,40 @@ def _replica_name() -> str:
 
 async def call_asgi(app, request: Request) -> tuple[int, list[tuple[str, str]], bytes]:
     """``request`` through the ASGI ``app``: (status, headers, body)."""
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request["method"], "scheme": "http",
-             "path": request["path"], "raw_path": request["path"].encode(), "root_path": "", "query_string": request["query"].encode(),
-             "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request["headers"]],
-             "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80)}
-    sent, status, headers, chunks = False, 500, [], []
+    status, headers, chunks = 500, [], []
+
+    async def send(message):
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status, headers = message["status"], _headers(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(_scope(request), _receiver(request, asyncio.Event()), send)  # the client never leaves: the ingress waits for the answer
+    return status, headers, b"".join(chunks)
+
+
+def _scope(request: Request) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request["method"], "scheme": "http",
+            "path": request["path"], "raw_path": request["path"].encode(), "root_path": "", "query_string": request["query"].encode(),
+            "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request["headers"]],
+            "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80)}
+
+
+def _receiver(request: Request, gone: asyncio.Event) -> Callable[[], Any]:
+    """ASGI's ``receive``: the body, then a disconnect once ``gone`` is set."""
+    sent = False
 
     async def receive():
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": request["body"], "more_body": False}
-        await asyncio.Event().wait()  # the client never leaves: the ingress waits for the answer
+        await gone.wait()
+        return {"type": "http.disconnect"}
 
-    async def send(message):
-        nonlocal status, headers
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
+    return receive
 
-    await app(scope, receive, send)
-    return status, headers, b"".join(chunks)
+
+def _headers(message: dict) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]
