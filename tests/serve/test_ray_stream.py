@@ -81,7 +81,7 @@ def test_a_replica_whose_reader_leaves_frees_the_model_at_once(lm):
 
     with slow_forwards(lm, 0.05):
         running, took = asyncio.run(main())
-    assert running == 0 and took < 1.5
+    assert running == 0 and took < 2.0  # 200 tokens would take 10 s
 
 
 class StreamingEngine:
