@@ -37,7 +37,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as load_tensors
 import xxhash
 from safetensors.torch import save as save_tensors
 
@@ -78,15 +77,19 @@ class DiskTier:
         name = file_name(key)
         path = self.directory / name
         try:
-            data = path.read_bytes()
+            data = _read(path)
         except FileNotFoundError:
             with self._lock:
                 self._forget(name)
             return None
         start = time.perf_counter()
-        why, layers = _parse(data, key)
+        why, header = _verify(data, key)
+        checked = time.perf_counter() - start
+        layers = None
+        if why is None:
+            why, layers = _layers(data, header, key)
         with self._lock:
-            self.check_s += time.perf_counter() - start
+            self.check_s += checked
             if why is not None:
                 self.refused += 1
                 self._forget(name)
@@ -191,9 +194,18 @@ def _checksum(header: dict, data) -> str:
     return h.hexdigest()
 
 
-def _parse(data: bytes, key: PieceKey) -> tuple[str | None, Layers | None]:
-    """``(why the file is refused, None)`` or ``(None, its layers)``: format, key and
-    checksum verified before any tensor is made."""
+def _read(path: Path) -> bytearray:
+    """A file's bytes, in a buffer the piece's tensors are then views of (no second copy)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = bytearray(size)
+        got = f.readinto(data)
+    return data if got == size else data[:got]
+
+
+def _verify(data, key: PieceKey) -> tuple[str | None, dict | None]:
+    """``(why the file is refused, None)``, or ``(None, its header)`` once its format, its key
+    and the checksum of its bytes are what ``key`` wrote."""
     if len(data) < 8:
         return "truncated: no header", None
     n = int.from_bytes(data[:8], "little")
@@ -213,10 +225,25 @@ def _parse(data: bytes, key: PieceKey) -> tuple[str | None, Layers | None]:
         return "foreign: written for another model, adapter, variant or text", None
     if len(data) != end or meta.get("xxh3_128") != _checksum(header, memoryview(data)[8 + n :]):
         return "damaged: its bytes do not match its checksum", None
+    return None, header
+
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def _layers(data: bytearray, header: dict, key: PieceKey) -> tuple[str | None, Layers | None]:
+    """The verified file's tensors as views of ``data`` (safetensors' layout: after the
+    8-byte length and the header, each tensor at its offsets)."""
+    start = 8 + int.from_bytes(data[:8], "little")
+    tensors = {}
     try:
-        tensors = load_tensors(data)
-        layers = [(tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(int(meta["layers"]))]
-    except Exception as e:  # safetensors says what is wrong in its own exception types
+        for name, v in header.items():
+            if name != "__metadata__":
+                shape, (lo, hi) = v["shape"], v["data_offsets"]
+                flat = torch.frombuffer(data, dtype=DTYPES[v["dtype"]], count=(hi - lo) // DTYPES[v["dtype"]].itemsize, offset=start + lo)
+                tensors[name] = flat.view(shape)
+        layers = [(tensors[f"k{i}"], tensors[f"v{i}"]) for i in range(int(header["__metadata__"]["layers"]))]
+    except (KeyError, ValueError, RuntimeError, TypeError) as e:
         return f"damaged: {type(e).__name__}: {e}", None
     if len(tensors) != 2 * len(layers) or any(t.dim() != 4 or t.shape[2] != key.n_tokens for pair in layers for t in pair):
         return "damaged: its tensors do not hold the piece's tokens", None
