@@ -239,7 +239,7 @@ class Reader:
         can = self._reusable(model, prompts)
         groups: list[tuple[Reading, list[int]]] = []
         if any(can):
-            store, key = doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant)
+            store, key = doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant, self.origin.adapter)
             groups.append((DocumentsReading(model, self.tokenizer, self.variant, store, key), [i for i, c in enumerate(can) if c]))
         if not all(can):
             groups.append((PackedReading(model, self.tokenizer, self.variant, self.pad_id), [i for i, c in enumerate(can) if not c]))

@@ -256,3 +256,24 @@ def test_two_processes_sharing_the_folder_never_read_a_half_written_file(tmp_pat
     assert reader.returncode == 0, reader.stderr[-2000:]
     assert int(reader.stdout) > 0  # it did read files while they were being written
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_same_adapter_weights_give_the_same_key_loaded_alone_or_in_a_bank(tmp_path):
+    """A server's bank loads an adapter under its bank name, the library under PEFT's
+    ``default``: one adapter, one key (its folder names it, its weights are hashed under plain
+    names), so a folder the server filled serves the library and back."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    alone = get_peft_model(tiny_model("llama"), LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    folder = tmp_path / "my-adapter"
+    alone.save_pretrained(folder)
+    banked = PeftModel.from_pretrained(tiny_model("llama"), folder, adapter_name="documents")
+    tok = tiny_tokenizer()
+    variant = SetLLM(alone, tok, "sbp").variant
+    a = doccache.reading_key(alone, tok, variant, str(folder))
+    b = doccache.reading_key(banked, tok, variant, str(folder))
+    assert a == b and a.adapters[0][0] == "my-adapter"
+    base = tiny_model("llama")
+    torch.manual_seed(1)  # other LoRA weights on the same base
+    retrained = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    assert doccache.reading_key(retrained, tok, variant, str(folder)).adapters != a.adapters  # other weights, the same name: another key

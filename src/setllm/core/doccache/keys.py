@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ..fingerprint import weights_fingerprint
 from ..owner import active_adapters, owner
@@ -62,11 +63,21 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()[:16]
 
 
-def reading_key(model, tokenizer, variant) -> ReadingKey:
-    """What a piece is computed under, as fields (:class:`setllm.core.cachekey.ReadingKey`):
-    the base weights' fingerprint and each active adapter's name and fingerprint (both taken
-    again whenever a parameter was changed in place, as an optimizer step does), the variant,
-    the dtype and the tokenizer."""
+def _plain_name(name: str, slot: str | None = None) -> str:
+    """A parameter's name as any wrapping of the same weights names it: without PEFT's
+    wrapper prefix and ``base_layer``, and without the adapter's slot (``default`` where one
+    adapter was loaded, its bank name in an :class:`setllm.AdapterBank`)."""
+    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    return name.replace(f".{slot}.", ".") if slot else name
+
+
+def reading_key(model, tokenizer, variant, adapter: str | None = None) -> ReadingKey:
+    """What a piece is computed under, as fields (:class:`.keys.ReadingKey`): the base weights'
+    fingerprint and each active adapter's name and fingerprint (both taken again whenever a
+    parameter was changed in place, as an optimizer step does), the variant, the dtype and the
+    tokenizer. Weights are hashed under their plain names, so the same weights give the same
+    key loaded alone, wrapped by PEFT or in a bank; ``adapter``: the folder (or name) the one
+    active adapter was loaded from, which names it (else PEFT's slot name does)."""
     state = owner(model)
     version = sum(p._version for p in model.parameters())  # torch counts in-place writes to a tensor
     if state.fingerprints is None or state.fingerprints[0] != version:
@@ -76,10 +87,13 @@ def reading_key(model, tokenizer, variant) -> ReadingKey:
     def fingerprint(name: str | None) -> str:
         if name not in prints:
             own = (lambda n: "lora_" not in n) if name is None else (lambda n: "lora_" in n and f".{name}." in n)
-            prints[name] = weights_fingerprint(model, 4099 if name is None else 1, own)  # an adapter is small: every value
+            plain = lambda n: _plain_name(n, name)  # noqa: E731
+            prints[name] = weights_fingerprint(model, 4099 if name is None else 1, own, plain)  # an adapter is small: every value
         return prints[name]
 
-    adapters = tuple((name, fingerprint(name)) for name in active_adapters(model))
+    active = active_adapters(model)
+    named = [Path(adapter).name] if adapter is not None and len(active) == 1 else active
+    adapters = tuple((label, fingerprint(name)) for label, name in zip(named, active))
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     known = state.tokenizer_prints.get(tokenizer)
     if known is None:
