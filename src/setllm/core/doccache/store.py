@@ -73,7 +73,7 @@ def megabytes(name: str, value) -> float:
 class DocumentCache:
     """Keys and values of prompt pieces (a set's prefix, each element), at most ``max_mb``
     megabytes (10**6 bytes) of tensors in memory, least recently used out; with a
-    ``directory``, also on disk there (:mod:`setllm.core.doctier`), at most ``disk_mb``.
+    ``directory``, also on disk there (:mod:`.tier`), at most ``disk_mb``.
     Safe to share between threads. ``warn``: say once where a reading cannot use it (a cache
     asked for by name; not the default one)."""
 
