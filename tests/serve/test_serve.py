@@ -150,7 +150,7 @@ def test_different_questions_and_lengths_share_a_forward(wide_lm):
     app = create_app(wide_lm, ServeConfig(batch_window_ms=100))
     seen = []
     concurrently(app, _mixed_requests(), before=lambda a: _record_groups(a, seen))
-    assert any(len({scoring.identity(p.enc) for p in group}) > 1 for group in seen)
+    assert any(len({scoring.prompt_key(p.enc) for p in group}) > 1 for group in seen)
     assert any(len({len(p.enc) for p in group}) > 1 for group in seen)
 
 
@@ -175,7 +175,7 @@ def test_where_mixed_batches_move_bits_only_identical_requests_share_a_forward(w
 
     def noisy(model, variant, pad_id, requests):  # several prompts in one call: other low bits
         out = real(model, variant, pad_id, requests)
-        moved = len({scoring.identity(r.prompt) for r in requests}) > 1
+        moved = len({scoring.prompt_key(r.prompt) for r in requests}) > 1
         return [[dataclasses.replace(s, logprob=s.logprob + 1e-6 * moved) for s in row] for row in out]
 
     monkeypatch.setattr(scoring, "score_requests", noisy)

@@ -131,13 +131,13 @@ def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[Scor
     """Score every option of every request; each (prompt, option) gets the same bits
     whatever else is scored with it (module docstring). Requests with the same encoded
     prompt share a prefill, and equal options of one prompt a row."""
-    prompts: dict[tuple, int] = {}  # identity -> unique prompt
+    prompts: dict[tuple, int] = {}  # prompt_key -> unique prompt
     uniq: list[EncodedPrompt] = []
     rows: list[set[tuple[int, ...]]] = []
     for req in requests:
         if any(len(o) == 0 for o in req.options):
             raise InputError("an option tokenizes to nothing; options must be non-empty text")
-        u = prompts.setdefault(identity(req.prompt), len(uniq))
+        u = prompts.setdefault(prompt_key(req.prompt), len(uniq))
         if u == len(uniq):
             uniq.append(req.prompt)
             rows.append(set())
@@ -145,10 +145,10 @@ def score_requests(model, variant: Variant, pad_id: int, requests: Sequence[Scor
     done: dict[tuple[int, tuple[int, ...]], TokenScore] = {}
     for chunk in _chunks(range(len(uniq)), lambda u: len(uniq[u]), PREFILL_TOKENS):
         done.update(_score_prompts(model, variant, pad_id, [uniq[u] for u in chunk], [sorted(rows[u]) for u in chunk], chunk))
-    return [[done[(prompts[identity(r.prompt)], tuple(o))] for o in r.options] for r in requests]
+    return [[done[(prompts[prompt_key(r.prompt)], tuple(o))] for o in r.options] for r in requests]
 
 
-def identity(enc: EncodedPrompt) -> tuple:
+def prompt_key(enc: EncodedPrompt) -> tuple:
     """What makes two encoded prompts the same computation."""
     return tuple(enc.input_ids), tuple(enc.set_ids), tuple(enc.element_ids)
 

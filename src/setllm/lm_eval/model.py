@@ -245,7 +245,7 @@ class SetLLMLM(TemplateLM):
         (the driver packs them; pairs with the same context share one prefill)."""
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, (enc, _) in enumerate(pairs):
-            groups[scoring.identity(enc)].append(i)
+            groups[scoring.prompt_key(enc)].append(i)
         order = list(groups.values())
         results: list[tuple[float, bool]] = [(0.0, False)] * len(pairs)
         window = self.llm.batch_size * SCORING_WINDOW

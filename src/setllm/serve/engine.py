@@ -216,7 +216,7 @@ class Engine:
         request = self.lm.score_request(job.prompt, job.options)  # the library's own request: same checks, same ids
         enc, ids = self._within(request.prompt, limit), request.options
         if self.identical_only:  # the same prompt and option set: one computation, whatever the order
-            return _Prepared(index, enc, ids, ("same", scoring.identity(enc), tuple(sorted({tuple(x) for x in ids}))))
+            return _Prepared(index, enc, ids, ("same", scoring.prompt_key(enc), tuple(sorted({tuple(x) for x in ids}))))
         return _Prepared(index, enc, ids, ("score",))
 
     def _encode(self, prompt: SetPrompt | tuple[int, ...]) -> EncodedPrompt:
