@@ -1,8 +1,10 @@
 """The model side of the server: requests become token layouts, scoring requests run
 together through :func:`setllm.core.scoring.score_requests`, generation runs one prompt at a time.
 
-Everything here runs on the one model thread (:mod:`.worker`): torch modules are not safe
-for concurrent forwards, and a fast tokenizer is not safe for concurrent use either.
+Everything here runs on the one model thread (:mod:`.worker`): the batcher makes one forward
+at a time of what is queued (a second forward at once would only split the same cores, and
+batching is what fills them), and a fast tokenizer is not safe for concurrent use. The model
+itself could serve several threads: no call changes it (:mod:`setllm.core.install`).
 
 A batch never changes a request's scores, not even in the last bit: the scoring driver
 gives every forward a shape fixed by the request alone (see :mod:`setllm.core.scoring`), so a
