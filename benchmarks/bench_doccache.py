@@ -7,7 +7,10 @@ model under ``--variant sbp``, measured side by side in one run.
 - **Server**: ``--questions`` questions over a pool of ``--pool`` documents (``--per`` a
   question, in random order) sent to a real ``setllm serve --variant sbp`` over HTTP by
   ``--clients`` concurrent clients, with ``--cache-mb`` and without: requests per second of
-  each, and whether every answer is the cold server's.
+  each, and whether every answer is the cold server's. ``--fill-pool``: each server reads the
+  pool once before the stream, untimed (a server over cached documents); ``--in-process``: the
+  same stream through the library in batches of ``--clients``, no server (the model's share of
+  the time, and the seconds the cached reading spent computing documents).
 - **Memory**: the bytes the cache says it holds against the bytes of the tensors it holds.
 - **Restart**: a server with ``--cache-dir`` reads the first-token question's documents,
   stops, starts again on the same folder and answers a question over them (another order):
@@ -36,11 +39,11 @@ from pathlib import Path
 WORDS = "river stone garden lamp winter orange violin harbor copper meadow signal ladder candle forest silver".split()
 
 
-def documents(n: int, seed: int) -> list[str]:
-    """``n`` documents of about 100 tokens, each naming its own key and value."""
+def documents(n: int, seed: int, words: int = 60) -> list[str]:
+    """``n`` documents of about 100 tokens (``words`` filler words each), each naming its own key and value."""
     rng = random.Random(seed)
     return [f"Record {i}: the code of {rng.choice(WORDS)}-{i} is {rng.randint(1000, 9999)}. "
-            + " ".join(rng.choices(WORDS, k=60)) + "\n" for i in range(n)]
+            + " ".join(rng.choices(WORDS, k=words)) + "\n" for i in range(n)]
 
 
 def first_token(lm, docs: list[str], orders: int) -> dict:
@@ -101,10 +104,13 @@ def counts(client) -> dict:
             if line.startswith("setllm_document_cache")}
 
 
-def serve(args, cache_mb: float, bodies: list[dict]) -> dict:
-    """Requests per second of a real ``setllm serve`` over ``bodies``, and its answers."""
+def serve(args, cache_mb: float, bodies: list[dict], before: list[dict] = ()) -> dict:
+    """Requests per second of a real ``setllm serve`` over ``bodies``, and its answers
+    (``before``: requests sent first, untimed: the pool read beforehand)."""
     with server(args, ["--cache-mb", str(cache_mb)]) as client:
         client.post("/v1/score", json=bodies[0])  # warm-up: first-call costs are not the cache's
+        for body in before:
+            client.post("/v1/score", json=body)
         start = time.perf_counter()
         with ThreadPoolExecutor(args.clients) as pool:
             answers = list(pool.map(lambda b: client.post("/v1/score", json=b).json()["scores"], bodies))
@@ -149,6 +155,34 @@ def restart(args, docs: list[str]) -> dict:
             "counted_over_on_disk": found.get("setllm_document_cache_disk_bytes", 0) / on_disk if on_disk else None}
 
 
+def in_process(lm, bodies: list[dict], batch: int, cache_mb: float, before: list[dict] = ()) -> dict:
+    """The server's stream without the server: ``bodies`` scored in batches of ``batch`` (as
+    ``--clients`` concurrent clients fill the server's batches) by the library, the cache off
+    and on (``before`` read first, untimed): what the model's work alone gives, and where the
+    cached reading's seconds go (the documents computed, the questions)."""
+    from setllm import Set
+
+    def requests(bs):
+        return [lm.score_request([b["prompt"][0], Set(b["prompt"][1]["set"]), b["prompt"][2]], b["options"]) for b in bs]
+
+    out = {}
+    for mb in (0, cache_mb):
+        store = lm.cache_documents(mb)
+        if store is not None:
+            store.clear()
+            lm.score_encoded(requests(before))
+            computed = store.stats().computed_s
+        start = time.perf_counter()
+        for i in range(0, len(bodies), batch):
+            lm.score_encoded(requests(bodies[i : i + batch]))
+        seconds = time.perf_counter() - start
+        out["cold" if mb == 0 else "cached"] = {"seconds": seconds, "requests_per_s": len(bodies) / seconds}
+        if store is not None:
+            out["cached"]["documents_computed_s"] = store.stats().computed_s - computed
+    out["throughput_ratio"] = out["cached"]["requests_per_s"] / out["cold"]["requests_per_s"]
+    return out
+
+
 def _wait(url: str, timeout: float = 300) -> None:
     import httpx
 
@@ -177,6 +211,8 @@ def main() -> int:
     p.add_argument("--skip-restart", action="store_true", help="no restart part")
     p.add_argument("--skip-first-token", action="store_true", help="no first-token part")
     p.add_argument("--skip-throughput", action="store_true", help="no server throughput part")
+    p.add_argument("--fill-pool", action="store_true", help="each server reads the pool's documents before the stream, untimed")
+    p.add_argument("--in-process", action="store_true", help="also the stream through the library, no server (the model's share)")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
     import torch
@@ -196,13 +232,20 @@ def main() -> int:
         pool, rng = documents(args.pool, 7), random.Random(3)
         bodies = [{"prompt": ["Documents:\n", {"set": rng.sample(pool, args.per)}, f"Question: what is the code of record {q}?\nAnswer:"],
                    "options": ["1", "2", "3"]} for q in range(args.questions)]
-        cold, warm = serve(args, 0, bodies), serve(args, args.cache_mb, bodies)
+        # --fill-pool: "a server over cached documents": every pool document read once before the stream, untimed
+        before = [{"prompt": ["Documents:\n", {"set": pool[i : i + args.per]}, "Question: what is the code?\nAnswer:"], "options": ["1"]}
+                  for i in range(0, len(pool), args.per)] if args.fill_pool else []
+        if args.in_process:
+            result["in_process"] = in_process(lm, bodies, args.clients, args.cache_mb, before)
+            print(json.dumps(result["in_process"], indent=1), flush=True)
+        cold, warm = serve(args, 0, bodies, before), serve(args, args.cache_mb, bodies, before)
         same = cold["answers"] == warm["answers"]  # the same bits
         diff = max(abs(a - b) for c, w in zip(cold["answers"], warm["answers"]) for a, b in zip(c, w))
         result["server"] = {"cold_requests_per_s": cold["requests_per_s"], "cached_requests_per_s": warm["requests_per_s"],
                             "throughput_ratio": warm["requests_per_s"] / cold["requests_per_s"], "same_bits": same,
                             "max_score_diff": diff, "cached_metrics": warm["metrics"], "questions": args.questions,
-                            "pool": args.pool, "per_question": args.per, "clients": args.clients}
+                            "pool": args.pool, "per_question": args.per, "clients": args.clients, "pool_read_before": args.fill_pool,
+                            "cold_seconds": cold["seconds"], "cached_seconds": warm["seconds"]}
         print(json.dumps(result["server"], indent=1), flush=True)
     if args.json:
         with open(args.json, "w") as f:

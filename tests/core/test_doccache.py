@@ -15,7 +15,7 @@ from tiny import tiny_model, tiny_tokenizer
 from setllm import GenerationConfig, Set, SetLLM
 from setllm.core import doccache, scoring
 from setllm.core.batch import collate
-from setllm.core.doccache import reading
+from setllm.core.doccache import attention, reading
 
 DOCS = [f"Note {i}: the {w} fox jumps over the lazy dog.\n" for i, w in enumerate(["quick", "brown", "red", "old", "small", "lazy"])]
 OPTIONS = ["fox", "dog", "water boils"]
@@ -229,3 +229,120 @@ def test_a_request_is_read_the_same_way_whatever_batch_it_comes_in(lm):
     prompts = [lm.encode(prompt(DOCS[:3])), lm.encode("Question: which one jumps?\nAnswer:")]
     config = GenerationConfig(max_new_tokens=4)
     assert lm.generate_encoded(prompts, config)[0] == lm.generate_encoded(prompts[:1], config)[0]
+
+
+# A question over cached documents reads the pieces where they lie (doccache/attention.py).
+
+LONG = [f"Record {i}: the {w} code is {100 + i}, kept in the {w} box by the door.\n" for i, w in enumerate(["red", "blue", "old", "new", "tall"])]
+
+
+@pytest.fixture(params=["llama", "gemma3_text-window-12", "gemma2"])
+def windowed(request):
+    """Llama; Gemma 3 with a window of 12 positions, so that a question sees some documents in
+    part and others not at all in its sliding layers; Gemma 2's soft-capped logits (the formula, not the CPU kernel)."""
+    arch, _, window = request.param.partition("-window-")
+    return SetLLM(tiny_model(arch, **({"sliding_window": int(window)} if window else {})), tiny_tokenizer(), "sbp")
+
+
+def test_a_question_over_cached_pieces_scores_as_the_whole_prompt_does_up_to_rounding(windowed):
+    lm = windowed
+    request = lm.score_request(prompt(LONG), OPTIONS)
+    [whole] = scoring.score_requests(lm.model, lm.variant, lm.pad_id, [request])  # one forward over the whole prompt
+    [cached] = lm.score_encoded([request])
+    # The pieces' attention is the whole prompt's, regrouped: other shapes, other rounding.
+    torch.testing.assert_close([s.logprob for s in cached], [s.logprob for s in whole], rtol=0, atol=1e-5)
+    enc = lm.encode(prompt(LONG))
+    _, got = doccache.prefill(lm.model, lm.variant, enc, doccache.DocumentCache.scratch(), doccache.reading_key(lm.model, lm.tokenizer, lm.variant))
+    _, want = scoring.prefill(lm.model, lm.variant, collate([enc], lm.variant.positions, lm.pad_id))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_one_call_per_piece_is_one_call_over_the_joined_keys_up_to_rounding(windowed, monkeypatch):
+    """The CPU's way (a call per piece, log-sum-exps combined) and a GPU's (one call over the
+    joined keys), each the same bits alone and among others."""
+    lm = windowed
+    requests = [lm.score_request(prompt(d), OPTIONS) for d in (LONG, LONG[:2], LONG[3:])]
+    per_piece = [lm.score_encoded([r])[0] for r in requests]
+    assert lm.score_encoded(requests) == per_piece
+    monkeypatch.setattr(attention, "PER_PIECE", set())
+    joined = [lm.score_encoded([r])[0] for r in requests]
+    assert lm.score_encoded(requests) == joined
+    for a, b in zip(per_piece, joined):
+        torch.testing.assert_close([s.logprob for s in a], [s.logprob for s in b], rtol=0, atol=1e-5)
+
+
+def test_questions_get_the_same_bits_alone_together_and_from_pieces_anywhere_in_memory(lm):
+    """Requests over other sets batched, and the pieces copied to storage 4 bytes off (as a
+    file read back from disk may lie): the same bits."""
+    requests = [lm.score_request(prompt(d), OPTIONS) for d in (LONG, LONG[::-2], LONG[1:3])]
+    store = lm.cache_documents(max_mb=64)
+    try:
+        alone = [lm.score_encoded([r])[0] for r in requests]
+        assert lm.score_encoded(requests[::-1]) == alone[::-1]
+        for key, (layers, _) in list(store._pieces.items()):
+            store._pieces.pop(key)
+            store.bytes = 0
+            store.put(key, [(_off_by_one_float(k), _off_by_one_float(v)) for k, v in layers])
+        assert [lm.score_encoded([r])[0] for r in requests] == alone
+    finally:
+        store.clear()
+
+
+def _off_by_one_float(t: torch.Tensor) -> torch.Tensor:
+    buffer = torch.empty(t.numel() + 1, dtype=t.dtype)
+    out = buffer[1:].view(t.shape)
+    out.copy_(t)
+    assert out.data_ptr() % 64 != 0
+    return out
+
+
+def test_a_question_over_cached_documents_copies_no_piece(lm):
+    """No op of a question's forward makes a tensor of the prompt's length: the pieces are
+    read where the store keeps them, never joined (nor gathered, nor put in a KV cache)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    request = lm.score_request(prompt(LONG), OPTIONS)
+    store = lm.cache_documents(max_mb=64)
+    try:
+        lm.score_encoded([request])  # every piece computed and kept
+        n_cached = len(request.prompt) - len(reading._Pieces.of(request.prompt).suffix)
+        head_dim = lm.model.config.head_dim
+
+        class Lengths(TorchDispatchMode):
+            longest = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[-1] == head_dim:
+                        Lengths.longest = max(Lengths.longest, t.shape[-2])
+                return out
+
+        with Lengths():
+            lm.score_encoded([request])
+        assert store.stats().misses == 6  # the prefix and five documents, computed once, before
+        assert 0 < Lengths.longest < n_cached / 3  # the longest keys made: a question's own or a (query) block, never the prompt's
+    finally:
+        store.clear()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("inputs,outputs", [(1536, 576), (576, 1536), (576, 576), (576, 192)])  # the embedded model's widths
+def test_a_question_row_block_gets_the_bits_it_gets_among_blocks(threads, inputs, outputs):
+    """A question's forward multiplies its own row blocks (reading.QUESTION_ROWS): a lone
+    block (one short question) must get the bits it gets among others, at 1 and 2 threads."""
+    from setllm.core import install
+
+    rows = reading.QUESTION_ROWS["cpu"]
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(inputs, outputs, bias=False)
+    x = torch.randn(4 * rows, inputs)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            alone = install.blocked_linear(layer, rows, x[:rows])
+            among = install.blocked_linear(layer, rows, x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(alone, among[:rows])

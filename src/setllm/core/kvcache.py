@@ -1,5 +1,6 @@
-"""The KV cache of a forward: a new one, the one a forward returned, the keyword it goes by
-in the supported transformers releases, and cutting it back to its first tokens."""
+"""The KV cache of a forward: a new one, one holding given keys and values, the one a forward
+returned, the keyword it goes by in the supported transformers releases, and cutting it back
+to its first tokens."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ def new_cache():
     from transformers import DynamicCache
 
     return DynamicCache()
+
+
+def holding(layers):
+    """A new KV cache holding ``layers`` (``(k, v)`` per layer) as they are, no copy made
+    (``update`` on an empty cache would copy each, concatenated to an empty tensor). A forward
+    on it concatenates its own keys into new tensors: ``layers`` are never written."""
+    cache = new_cache()
+    for i, (k, v) in enumerate(layers):
+        cache.update(k[:, :, :0], v[:, :, :0], i)
+        cache.layers[i].keys, cache.layers[i].values = k, v
+    return cache
 
 
 def truncate_cache(cache, n: int) -> None:

@@ -19,17 +19,21 @@ from .. import packed_attention
 from ..batch import collate, continuation_layout, round_up
 from ..encoding import EncodedPrompt
 from ..fit import sliding_window
-from ..kvcache import new_cache, output_cache
+from ..install import fixed_row_linears
+from ..kvcache import cache_kwarg, holding, new_cache, output_cache
 from ..masks import TokenLayout, kind_parts
 from ..runtime import forward
 from ..scoring import (
     OPTION_BUCKET,
     PROMPT_BUCKET,
     fixed_rows,
+    matmul_rows,
     option_scores,
     packed_forward,
+    row_plan,
 )
 from ..variants import Variant
+from . import attention
 from .keys import PieceKey, ReadingKey
 from .store import DocumentCache, Layers
 
@@ -73,11 +77,19 @@ class _Pieces:
 
 def _pieces(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, object]], store: DocumentCache,
             reading: ReadingKey) -> list[tuple[Layers, list[int]]]:
+    """:func:`_piece_lists` with each prompt's pieces joined: its keys and values up to its
+    suffix ``(k [1, Hkv, n, d], v)`` per layer (what a KV cache of the prompt holds)."""
+    return [(_joined(parts), suffix) for parts, suffix in _piece_lists(model, variant, prompts, store, reading)]
+
+
+def _piece_lists(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, object]], store: DocumentCache,
+                 reading: ReadingKey) -> list[tuple[list[Layers], list[int]]]:
     """For each ``(enc, batch)`` (``batch``: ``enc`` collated, or ``enc`` followed by more
-    tokens: the pieces' indices are the same), the keys and values of ``enc`` up to its
-    suffix (the prefix's, then each element's, joined) and the suffix's token indices. Each
-    piece comes from ``store`` or is computed and kept: a prefix alone, the missing elements
-    of all prompts together (:func:`_compute_elements`), each as it would be alone."""
+    tokens: the pieces' indices are the same), the pieces of ``enc`` up to its suffix (the
+    prefix's keys and values, then each element's, in the prompt's order: the store's own
+    tensors, not copied) and the suffix's token indices. Each piece comes from ``store`` or
+    is computed and kept: a prefix alone, the missing elements of all prompts together
+    (:func:`_compute_elements`), each as it would be alone."""
     plans, wanted = [], {}
     for enc, batch in prompts:
         pieces = _Pieces.of(enc)
@@ -102,7 +114,7 @@ def _pieces(model, variant: Variant, prompts: Sequence[tuple[EncodedPrompt, obje
         for (key, m), layers in zip(missing.items(), computed):
             store.put(key, layers, per_token * len(m.span))
             wanted[key] = layers
-    return [(_joined(([prefix] if prefix else []) + [wanted[k] for k in keys]), suffix) for prefix, keys, suffix in plans]
+    return [(([prefix] if prefix else []) + [wanted[k] for k in keys], suffix) for prefix, keys, suffix in plans]
 
 
 @dataclass(frozen=True)
@@ -177,7 +189,7 @@ def _compute_group(model, variant: Variant, group: Sequence[_Missing]) -> list[L
         pos += more_pos
         t += n
     plan = packed_attention.plan(blocks, t, n_cached + t)
-    cache = _cache_of(_joined([p for p, _ in prefixes.values()])) if prefixes else new_cache()
+    cache = holding(_joined([p for p, _ in prefixes.values()])) if prefixes else new_cache()
     with fixed_rows(model):
         out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor([t - 1]))
     layers = output_cache(out).layers
@@ -205,14 +217,21 @@ def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, k
 def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, reading: ReadingKey, batch=None):
     """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
     the next token ``[1, V]``, the same bits whatever ``store`` holds (module docstring; equal
-    to :func:`setllm.core.scoring.prefill`'s up to rounding). ``reading`` names the weights,
-    adapter and variant the pieces were computed under; ``batch``: ``enc`` collated, where
-    the caller has it."""
+    to :func:`setllm.core.scoring.prefill`'s up to rounding). The suffix is read as a question
+    is (:func:`read_options`: its attention over the pieces where they lie), then the pieces
+    and the suffix's keys and values are joined once, into the cache decoding goes on from.
+    ``reading`` names the weights, adapter and variant the pieces were computed under;
+    ``batch``: ``enc`` collated, where the caller has it."""
     batch = batch or collate([enc], variant.positions, 0)
-    [(parts, tail)] = _pieces(model, variant, [(enc, batch)], store, reading)
-    cache = _cache_of(parts)
-    out = forward(model, variant, batch.input_ids[:, tail], batch.position_ids[:, tail], batch.layout, cache=cache, logits_to_keep=1)
-    return output_cache(out), out.logits[:, -1].float().log_softmax(-1)
+    [(parts, tail)] = _piece_lists(model, variant, [(enc, batch)], store, reading)
+    question = attention.Question(range(len(tail)), parts, batch.layout, variant.mask, sliding_window(model.config))
+    own = new_cache()
+    ids, pos = batch.input_ids[0, tail].tolist(), batch.position_ids[0, tail].tolist()
+    logits = _question_forward(model, attention.Plan([question]), ids, pos, [len(tail) - 1], own)
+    n = len(tail)
+    cache = holding([(torch.cat([*(p[i][0] for p in parts), layer.keys[:, :, :n]], 2), torch.cat([*(p[i][1] for p in parts), layer.values[:, :, :n]], 2))
+                     for i, layer in enumerate(own.layers)])
+    return cache, logits.float().log_softmax(-1)
 
 
 def score(model, variant: Variant, requests: Sequence, store: DocumentCache, reading: ReadingKey) -> list[list]:
@@ -221,35 +240,38 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, rea
     return [option_scores(first, rows, r.options) for (first, rows), r in zip(read_options(model, variant, requests, store, reading), requests)]
 
 
+# The row block of a question's forward on the CPU (the scoring driver's elsewhere): a question
+# (its text after the set and its options) is about 20 tokens, a third of the driver's 64.
+# Measured warm (docs/documents.md, benchmarks/bench_doccache_curve.py --rows): 32 rows were
+# faster than 16 and 64 for one question of 23 tokens and for four (92 tokens). Fixed for
+# every question, so a request's bits are the same alone or among others.
+QUESTION_ROWS = {"cpu": 32}
+
+
 @torch.no_grad()
 def read_options(model, variant: Variant, requests: Sequence, store: DocumentCache, reading: ReadingKey) -> list[tuple]:
     """Every option of every request (:class:`setllm.core.scoring.ScoreRequest`) scored after
     its prompt's cached reading, all requests in one packed forward: each request's suffix and
-    options are its tokens of that forward, and attend to its own cached pieces and to
-    themselves only (:mod:`setllm.core.packed_attention`). The options follow the prompt as
-    one more set, so under ``sbp`` each reads the whole prompt and none of the others, at the
-    positions a response has, exactly as a response row does. Linear layers multiply fixed
-    row blocks and each request's attention block has a shape of its own, as in the scoring
-    driver: a request gets the same bits alone or among others. Per request, its next-token
-    log-probs ``[1, V]`` (each option's first token) and the log-probs after each option's
-    tokens but its last ``[sum(n - 1), V]``, options in order (the same bits whatever
-    ``store`` holds, as :func:`prefill`)."""
+    options are its tokens of that forward, and attend to its own cached pieces where the
+    store keeps them and to themselves only (:mod:`.attention`: no copy of the pieces). The
+    options follow the prompt as one more set, so under ``sbp`` each reads the whole prompt
+    and none of the others, at the positions a response has, exactly as a response row does.
+    Linear layers multiply fixed row blocks (:data:`QUESTION_ROWS`) and each request's
+    attention is calls of its own, at shapes its prompt fixes: a request gets the same bits
+    alone or among others. Per request, its next-token log-probs ``[1, V]`` (each option's
+    first token) and the log-probs after each option's tokens but its last ``[sum(n - 1), V]``,
+    options in order (the same bits whatever ``store`` holds)."""
     asked = [collate([_followed_by_set(r.prompt, r.options)], variant.positions, 0) for r in requests]
-    read = _pieces(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, reading)
-    asks = [_Ask.of(b, parts, suffix, r.options) for r, b, (parts, suffix) in zip(requests, asked, read)]
-    n_cached = sum(a.n_cached for a in asks)
-    blocks, ids, pos, keep, c, t = [], [], [], [], 0, 0
-    for a in asks:
-        blocks.append(a.block(model, variant, c, n_cached + t, t))
+    read = _piece_lists(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, reading)
+    asks = [_Ask.of(b, suffix, r.options) for r, b, (_, suffix) in zip(requests, asked, read)]
+    window, questions, ids, pos, keep = sliding_window(model.config), [], [], [], []
+    for a, (parts, _) in zip(asks, read):
+        t = len(ids)
+        questions.append(attention.Question(range(t, t + len(a.tail_ids)), parts, a.layout, variant.mask, window))
         ids += a.tail_ids
         pos += a.tail_positions
         keep += [t + k for k in a.keep]
-        c, t = c + a.n_cached, t + len(a.tail_ids)
-    plan = packed_attention.plan(blocks, t, n_cached + t)
-    cache = _cache_of(_joined([a.pieces for a in asks]))
-    with fixed_rows(model):
-        out = packed_forward(model, plan, torch.tensor(ids), torch.tensor(pos), cache, torch.tensor(keep))
-    logp = out.logits[0].float().log_softmax(-1)
+    logp = _question_forward(model, attention.Plan(questions), ids, pos, keep).float().log_softmax(-1)
     results, at = [], 0
     for a in asks:
         n = len(a.keep)
@@ -258,42 +280,40 @@ def read_options(model, variant: Variant, requests: Sequence, store: DocumentCac
     return results
 
 
+def _question_forward(model, plan: attention.Plan, ids: list[int], pos: list[int], keep: list[int], cache=None) -> torch.Tensor:
+    """The logits ``[len(keep), V]`` of rows ``keep`` of one forward of the packed questions
+    ``ids [S]`` under ``plan``: the row padded once to whole row blocks (and ``keep`` to whole
+    blocks of the head), the padding read by no question. ``cache``: an empty KV cache the
+    forward's keys and values go to (the padding's after the questions'), or None: none made."""
+    device, head = model.device, row_plan(model).head_rows
+    rows = QUESTION_ROWS.get(device.type) or matmul_rows(model)
+    n = len(keep)
+    ids, pos, keep = (torch.tensor(x + [0] * (-len(x) % step)) for x, step in ((ids, rows), (pos, rows), (keep, head)))
+    with fixed_row_linears(model, rows, head), attention.pieces_on(model, plan):
+        out = model(input_ids=ids[None].to(device), position_ids=pos[None].to(device), use_cache=cache is not None,
+                    attention_mask=packed_attention.placeholder_mask(device), logits_to_keep=keep.to(device),
+                    **({cache_kwarg(): cache} if cache is not None else {}))
+    return out.logits[0, :n]
+
+
 @dataclass
 class _Ask:
-    """One scoring request over cached documents: its prompt's cached pieces (prefix and
-    elements, ``n_cached`` tokens), and its tokens to compute: the suffix, then the options
-    as one more set."""
+    """One scoring request over cached documents: its tokens to compute (the suffix, then
+    the options as one more set) and the layout its masks are read off."""
 
     layout: TokenLayout  # of the whole prompt + options, [1, n_cached + tail]
-    pieces: Layers
     tail_ids: list[int]
     tail_positions: list[int]
     keep: list[int]  # tail indices whose logits are read: the suffix's last, then each option's tokens but its last
 
     @classmethod
-    def of(cls, batch, pieces: Layers, suffix: list[int], options) -> _Ask:
-        """``batch``: the prompt followed by its options as one more set, collated; ``pieces``:
-        the prompt's keys and values up to ``suffix`` (its suffix's token indices)."""
+    def of(cls, batch, suffix: list[int], options) -> _Ask:
+        """``batch``: the prompt followed by its options as one more set, collated; ``suffix``:
+        its suffix's token indices (the pieces hold every token before)."""
         n = suffix[0]
         starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
         keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
-        return cls(batch.layout, pieces, batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
-
-    @property
-    def n_cached(self) -> int:
-        return self.pieces[0][0].shape[2]
-
-    def block(self, model, variant: Variant, cache_at: int, tail_key_at: int, tail_at: int):
-        """This request's attention block: its tail's queries (at ``tail_at`` in the forward)
-        over its cached keys (at ``cache_at``) and its tail's keys (at ``tail_key_at``), both
-        padded to buckets of their own lengths, so the block's shape is the request's alone."""
-        pad = packed_attention.PAD
-        c, t = self.n_cached, len(self.tail_ids)
-        cp, tp = round_up(c, PROMPT_BUCKET) - c, round_up(t, OPTION_BUCKET) - t
-        queries = [tail_at + j for j in range(t)] + [pad] * tp
-        keys = [pad] * cp + [cache_at + k for k in range(c)] + [tail_key_at + j for j in range(t)] + [pad] * tp
-        layout = _padding(cp).cat(self.layout).cat(_padding(tp))
-        return packed_attention.dense_block(queries, keys, variant.mask, layout, sliding_window(model.config))
+        return cls(batch.layout, batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
 
 
 def _padding(n: int) -> TokenLayout:
@@ -327,7 +347,7 @@ def _compute(model, variant: Variant, ids, pos, layout: TokenLayout, before: Lay
     index = torch.tensor([*before_span, *span], dtype=torch.long)
     sub = TokenLayout(*(t.index_select(1, index) for t in layout._fields()))
     cols = list(span)
-    out = forward(model, variant, ids[:, cols], pos[:, cols], sub, cache=_cache_of(before) if before else new_cache())  # under prefill's no_grad
+    out = forward(model, variant, ids[:, cols], pos[:, cols], sub, cache=holding(before) if before else new_cache())  # under prefill's no_grad
     cache = output_cache(out)
     n = len(before_span)
     return [(layer.keys[:, :, n:].clone(), layer.values[:, :, n:].clone()) for layer in cache.layers]
@@ -336,9 +356,3 @@ def _compute(model, variant: Variant, ids, pos, layout: TokenLayout, before: Lay
 def _joined(parts: Sequence[Layers]) -> Layers:
     return [(torch.cat([p[i][0] for p in parts], 2), torch.cat([p[i][1] for p in parts], 2)) for i in range(len(parts[0]))]
 
-
-def _cache_of(layers: Layers):
-    cache = new_cache()
-    for i, (k, v) in enumerate(layers):
-        cache.update(k, v, i)
-    return cache
