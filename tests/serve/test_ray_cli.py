@@ -17,7 +17,7 @@ def test_replicas_without_ray_is_refused_in_one_line(capsys, monkeypatch, model_
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] == "ray" else find_spec(name, *a))
     code, out, err = run_cli(capsys, "serve", "--model", model_dir, "--replicas", "2", "--port", "0")
     assert code == 2 and out == ""
-    assert err.strip() == "error: --replicas needs Ray Serve (ray[serve]==2.60.0): pip install 'setllm[ray]'"
+    assert err.strip() == "error: --replicas needs Ray Serve (ray[serve]==2.60.0): pip install -e '.[serve,ray]' in setllm's checkout"
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -130,3 +130,69 @@ def test_the_ingress_passes_a_stream_on_and_counts_it_until_its_end():
     assert r.status_code == 200 and r.text == "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n" and r.headers[REPLICA_HEADER] == "r7"
     assert r.headers["content-type"] == "text/event-stream" and "content-length" not in r.headers
     assert ingress.in_flight == 0 and engine.cancelled and ingress.replicas["r7"] == {"in_flight": 1} and ingress.answered == {"r7": 1}
+
+
+class DyingStreamEngine:
+    """A handle whose replicas' streams die: the first ``before`` of them before their first
+    piece of body, then one after ``after`` pieces (None: it ends well)."""
+
+    def __init__(self, before: int, after: int | None = None):
+        self.before, self.after, self.tries = before, after, 0
+
+    def options(self, stream: bool, method_name: str):
+        return self
+
+    def remote(self, sent):
+        from ray.exceptions import ActorDiedError
+
+        self.tries += 1
+        dies_at = 1 if self.tries <= self.before else (None if self.after is None else 1 + self.after)
+        items = [{"status": 200, "headers": [("content-type", "text/event-stream")], "replica": f"r{self.tries}"},
+                 b"data: 1\n\n", b"data: 2\n\n", {"stats": {}}, b"data: [DONE]\n\n"]
+
+        class Pieces:  # as Ray's streaming response: async iteration, and cancel()
+            def __init__(self):
+                self.at = 0
+
+            def __aiter__(self):
+                return self
+
+            async def __anext__(self):
+                if self.at == dies_at:
+                    raise ActorDiedError()
+                if self.at == len(items):
+                    raise StopAsyncIteration
+                self.at += 1
+                return items[self.at - 1]
+
+            def cancel(self):
+                pass
+
+        return Pieces()
+
+
+def ingress_client(engine):
+    ingress = Ingress(engine, ServeConfig())
+
+    async def app(scope, receive, send):
+        response = await ingress(Request(scope, receive))
+        await response(scope, receive, send)
+
+    return ingress, TestClient(app)
+
+
+def test_a_stream_whose_replica_died_before_its_first_byte_goes_to_another():
+    engine = DyingStreamEngine(before=2)
+    ingress, http = ingress_client(engine)
+    r = http.post("/v1/completions", json={"prompt": "x", "stream": True})
+    assert r.status_code == 200 and r.text == "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n" and r.headers[REPLICA_HEADER] == "r3"
+    assert engine.tries == 3 and ingress.retried == 2 and ingress.in_flight == 0
+
+
+def test_a_stream_whose_replica_died_after_its_first_byte_ends_with_an_error_event():
+    engine = DyingStreamEngine(before=0, after=1)
+    ingress, http = ingress_client(engine)
+    r = http.post("/v1/completions", json={"prompt": "x", "stream": True})
+    assert r.status_code == 200 and engine.tries == 1 and ingress.retried == 0  # part of the answer went out: not sent again
+    first, error = r.text.split("\n\n")[:2]
+    assert first == "data: 1" and json.loads(error.removeprefix("data: "))["error"]["message"] == "the replica answering this request stopped; retry it"

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import InputError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
-from ..serve.ray.options import RAY_PIN, RayOptions
+from ..serve.ray.options import RAY_INSTALL, RAY_PIN, RayOptions
 from .common import add_command, config_from_args, load_setllm, stop_if_interrupted, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, judge, generate, answer, OpenAI-style completions, chat and responses"
@@ -150,7 +150,7 @@ def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOpti
 
     ray = importlib.util.find_spec("ray")  # finding ray.serve would import ray, before --ray-address can set it up
     if ray is None or not any((Path(p) / "serve").is_dir() for p in ray.submodule_search_locations or ()):
-        raise InputError(f"--replicas needs Ray Serve ({RAY_PIN}): pip install 'setllm[ray]'")
+        raise InputError(f"--replicas needs Ray Serve ({RAY_PIN}): {RAY_INSTALL}")
     from ..serve.server import open_socket
 
     sock = open_socket(config.host, config.port)  # a taken port fails before Ray starts; port 0 picks one

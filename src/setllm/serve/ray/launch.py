@@ -3,6 +3,7 @@ application (:mod:`.deployments`) on ``--host``/``--port``, wait for a signal, d
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -11,7 +12,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,36 @@ def _start_local(cpus: int) -> str:
     import ray
 
     _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
-    # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    with _sessions_of_their_own():
+        # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "a local Ray instance"
+
+
+@contextlib.contextmanager
+def _sessions_of_their_own() -> Iterator[None]:
+    """Ray's own processes (GCS, raylet, their agents) start in a session of their own, out of
+    this process's group: a SIGTERM (or SIGINT) to the whole group, as a terminal, a shell's
+    ``kill -- -PGID`` or a supervisor sends it, reaches this process alone, which drains and
+    then stops Ray; otherwise Ray died at once under the requests in flight. Where the kernel
+    ties a child's life to its parent's (Linux: Ray's fate sharing), they still end with this
+    process however it ends; elsewhere Ray's reaper needs them in its group, so they stay."""
+    from ray._private import services, utils
+
+    if not sys.platform.startswith("linux") or not utils.detect_fate_sharing_support():
+        yield
+        return
+    popen = services.ConsolePopen
+
+    class OwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = OwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 def _reachable(address: str) -> None:
@@ -124,7 +152,8 @@ def shutdown(joined: bool) -> None:
 def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float) -> None:
     """The whole life of ``setllm serve --replicas N`` in this process. A signal drains as the
     single server does: new requests get 503, accepted ones finish (up to ``--drain-s``, by
-    default ``--timeout-s``; a second signal stops at once), then every replica stops."""
+    default ``--timeout-s``); a second signal, or the limit, answers the rest with a JSON 503
+    (:meth:`.ingress.Ingress.stop`); then every replica stops, and a local Ray whole."""
     started = time.monotonic()
     where = connect(options)
     signals = threading.Semaphore(0)
@@ -143,18 +172,46 @@ def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options
     print("setllm serve: stopped", file=sys.stderr, flush=True)
 
 
+ABORT_GRACE_S = 3.0  # after a forced stop: time for the ingress's 503s to go out
+SETTLE_S = 0.5  # the ingress has answered: time for the proxy to write the last answer out
+ASK_S = 10.0  # the ingress answers its drain counts at once; longer: Ray itself is gone
+
+
 def drain(limit_s: float, forced: Callable[[], bool]) -> None:
     """New requests get 503 from now on; wait until those accepted are answered (at most
-    ``limit_s``, or until ``forced()``)."""
+    ``limit_s``, or until ``forced()``), then answer any still open with a JSON 503."""
     from ray import serve
 
-    ingress = serve.get_app_handle(APP_NAME)
-    busy = ingress.drain.remote().result()
-    print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503 (a second Ctrl-C stops now)",
+    try:
+        ingress = serve.get_app_handle(APP_NAME)
+        busy = _ask(ingress.drain)
+    except Exception as e:  # noqa: BLE001 - Ray or the ingress is gone: nothing is left to answer
+        print(f"setllm serve: stopping; the endpoint does not answer ({_first_line(e)})", file=sys.stderr, flush=True)
+        return
+    print(f"setllm serve: stopping; finishing {busy} request(s) in flight, new ones get 503 (a second Ctrl-C answers them 503 now)",
           file=sys.stderr, flush=True)
-    deadline = time.monotonic() + limit_s
-    while busy and time.monotonic() < deadline and not forced():
-        time.sleep(0.05)
-        busy = ingress.drain.remote().result()
-    if busy:
-        print(f"setllm serve: stopping with {busy} request(s) unanswered", file=sys.stderr, flush=True)
+    deadline, pressed = time.monotonic() + limit_s, False
+    try:
+        while busy and time.monotonic() < deadline and not (pressed := forced()):
+            time.sleep(0.05)
+            busy = _ask(ingress.drain)
+        if busy:
+            why = "second signal" if pressed else f"drain limit of {limit_s:g} s reached"
+            print(f"setllm serve: {why}: answering {busy} unfinished request(s) with 503", file=sys.stderr, flush=True)
+            busy = _ask(ingress.stop)
+            end = time.monotonic() + ABORT_GRACE_S
+            while busy and time.monotonic() < end:
+                time.sleep(0.05)
+                busy = _ask(ingress.stop)
+    except Exception as e:  # noqa: BLE001 - as above
+        print(f"setllm serve: the endpoint stopped answering ({_first_line(e)})", file=sys.stderr, flush=True)
+        return
+    time.sleep(SETTLE_S)
+
+
+def _ask(method) -> int:
+    return method.remote().result(timeout_s=ASK_S)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -8,6 +8,7 @@ from ...errors import InputError
 
 ROUTERS = ("documents", "first-document", "power-of-two")
 RAY_PIN = "ray[serve]==2.60.0"
+RAY_INSTALL = "pip install -e '.[serve,ray]' in setllm's checkout"  # setllm is installed from its checkout, not from PyPI
 
 
 @dataclass
@@ -28,7 +29,7 @@ class RayOptions:
     """
 
     replicas: int | None = field(default=None, metadata={
-        "help": "serve N replicas on Ray Serve behind one endpoint (needs pip install 'setllm[ray]'); default: one server, no Ray",
+        "help": f"serve N replicas on Ray Serve behind one endpoint (needs {RAY_INSTALL}); default: one server, no Ray",
         "metavar": "N"})
     min_replicas: int | None = field(default=None, metadata={"help": "with --replicas: autoscale down to N replicas", "metavar": "N"})
     max_replicas: int | None = field(default=None, metadata={"help": "with --replicas: autoscale up to N replicas", "metavar": "N"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -24,12 +25,15 @@ class EngineReplica:
         self.service = self.app.state.service
         self.drain_s = drain_s
         self.name = _replica_name()
+        self.where = {"node": _node_id(), "pid": str(os.getpid())}  # which process on which Ray node (/metrics: setllm_replica_info)
         self._life = self.app.router.lifespan_context(self.app)
         await self._life.__aenter__()
 
     async def __call__(self, request: Request) -> dict[str, Any]:
-        status, headers, body = await call_asgi(self.app, request)
-        return {"status": status, "headers": headers, "body": body, "replica": self.name, "stats": self.stats()}
+        scope = _scope(request)
+        status, headers, body = await call_asgi(self.app, request, scope)
+        return {"status": status, "headers": headers, "body": body, "replica": self.name, "stats": self.stats(), "endpoint": _endpoint(scope),
+                "where": self.where}
 
     async def stream(self, request: Request) -> AsyncIterator[Any]:
         """A streamed request (``stream: true``): ``{"status", "headers", "replica"}`` first, then
@@ -38,12 +42,14 @@ class EngineReplica:
         generation stops at its next token, as on the single server."""
         messages: asyncio.Queue = asyncio.Queue()
         gone = asyncio.Event()
-        app = asyncio.ensure_future(self.app(_scope(request), _receiver(request, gone), messages.put))
+        scope = _scope(request)
+        app = asyncio.ensure_future(self.app(scope, _receiver(request, gone), messages.put))
         app.add_done_callback(lambda _: messages.put_nowait(None))
         try:
             while (message := await messages.get()) is not None:
                 if message["type"] == "http.response.start":
-                    yield {"status": message["status"], "headers": _headers(message), "replica": self.name}
+                    yield {"status": message["status"], "headers": _headers(message), "replica": self.name, "endpoint": _endpoint(scope),
+                           "where": self.where}
                 elif message["type"] == "http.response.body" and message.get("body"):
                     yield message["body"]
             yield {"stats": self.stats()}
@@ -59,6 +65,8 @@ class EngineReplica:
         if s.documents is not None:
             c = s.documents.stats()
             out |= {"hits": c.hits, "misses": c.misses, "evictions": c.evictions, "bytes": c.bytes, "max_bytes": c.max_bytes, "entries": c.entries}
+            if s.documents.disk is not None:  # --cache-dir: the tier every replica shares
+                out |= {"disk_hits": c.disk_hits, "disk_writes": c.disk_writes, "disk_refused": c.disk_refused, "disk_entries": c.disk_entries}
         return out
 
     async def __del__(self):
@@ -80,8 +88,23 @@ def _replica_name() -> str:
         return "local"
 
 
-async def call_asgi(app, request: Request) -> tuple[int, list[tuple[str, str]], bytes]:
-    """``request`` through the ASGI ``app``: (status, headers, body)."""
+def _node_id() -> str:
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray (tests): no node
+        return "local"
+
+
+def _endpoint(scope: dict[str, Any]) -> str:
+    """The path of the app's route that answered (the app's own list of routes decides), "other" for none."""
+    route = scope.get("route")
+    return getattr(route, "path", "other") if route is not None else "other"
+
+
+async def call_asgi(app, request: Request, scope: dict[str, Any] | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+    """``request`` (its ``scope``, made from it if None) through the ASGI ``app``: (status, headers, body)."""
     status, headers, chunks = 500, [], []
 
     async def send(message):
@@ -91,7 +114,7 @@ async def call_asgi(app, request: Request) -> tuple[int, list[tuple[str, str]], 
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    await app(_scope(request), _receiver(request, asyncio.Event()), send)  # the client never leaves: the ingress waits for the answer
+    await app(scope or _scope(request), _receiver(request, asyncio.Event()), send)  # the client never leaves: the ingress waits for the answer
     return status, headers, b"".join(chunks)
 
 
