@@ -135,8 +135,9 @@ def first_question(args, flags: list[str], body: dict) -> tuple[float, list, dic
         return time.perf_counter() - start, answer, counts(client)
 
 
-def restart(args, docs: list[str]) -> dict:
-    """A restarted server's first question over documents it read before, against a cold one."""
+def restart(args, docs: list[str], lm=None) -> dict:
+    """A restarted server's first question over documents it read before, against a cold one
+    (``lm``: and, in this process, where such a question's time goes)."""
     question = "Question: what is the code of the first record?\nAnswer:"
     body = lambda d: {"prompt": ["Documents:\n", {"set": d}, question], "options": ["1", "2", "3"]}  # noqa: E731
     shuffled = random.Random(2).sample(docs, len(docs))
@@ -145,7 +146,8 @@ def restart(args, docs: list[str]) -> dict:
         first_s, _, written = first_question(args, ["--cache-dir", folder], body(docs))
         warm_s, warm, found = first_question(args, ["--cache-dir", folder], body(shuffled))
         on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
-    return {"documents": len(docs), "cold_s": cold_s, "first_read_with_disk_s": first_s, "restarted_s": warm_s,
+        where = restarted_in_process(lm, folder, ["Documents:\n", shuffled, question]) if lm is not None else None
+    return {"documents": len(docs), "cold_s": cold_s, "first_read_with_disk_s": first_s, "restarted_s": warm_s, "in_process": where,
             "speedup": cold_s / warm_s, "same_bits": cold == warm, "disk_writes": written.get("setllm_document_cache_disk_writes"),
             "restarted_disk_hits": found.get("setllm_document_cache_disk_hits"),
             "restarted_misses": found.get("setllm_document_cache_misses"), "disk_bytes_on_disk": on_disk,
@@ -153,6 +155,28 @@ def restart(args, docs: list[str]) -> dict:
             "check_share_of_restarted": found.get("setllm_document_cache_disk_check_seconds", 0) / warm_s,
             "disk_bytes_counted": found.get("setllm_document_cache_disk_bytes"),
             "counted_over_on_disk": found.get("setllm_document_cache_disk_bytes", 0) / on_disk if on_disk else None}
+
+
+def restarted_in_process(lm, folder: str, parts: list) -> dict:
+    """A fresh memory cache over ``folder`` (as a restarted process has), in this process: the
+    first question over its documents (every piece read from disk and checked), the same
+    question again (every piece in memory: the question's forward alone), and the check's seconds."""
+    from setllm import Set
+
+    request = lm.score_request([parts[0], Set(parts[1]), parts[2]], ["1", "2", "3"])
+    w = WARM_UP["prompt"]
+    lm.score([w[0], Set(w[1]["set"]), w[2]], WARM_UP["options"])  # this process's first-call costs, as the servers' warm-up
+    store = lm.cache_documents(512, directory=folder)
+    start = time.perf_counter()
+    lm.score_encoded([request])
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    lm.score_encoded([request])
+    again = time.perf_counter() - start
+    s = store.stats()
+    lm.cache_documents(0)
+    return {"first_s": first, "in_memory_s": again, "files_s": first - again, "check_s": s.disk_check_s, "disk_hits": s.disk_hits,
+            "misses": s.misses}
 
 
 def in_process(lm, bodies: list[dict], batch: int, cache_mb: float, before: list[dict] = ()) -> dict:
@@ -226,7 +250,7 @@ def main() -> int:
         result["first_token"] = first_token(lm, documents(args.docs, 0), args.orders)
         print(json.dumps(result["first_token"], indent=1), flush=True)
     if not args.skip_server and not args.skip_restart:
-        result["restart"] = restart(args, documents(args.docs, 0))
+        result["restart"] = restart(args, documents(args.docs, 0), lm)
         print(json.dumps(result["restart"], indent=1), flush=True)
     if not args.skip_server and not args.skip_throughput:
         pool, rng = documents(args.pool, 7), random.Random(3)

@@ -81,7 +81,7 @@ def read_once(parts) -> float:
     return float(sum(t.sum() for layers in parts for pair in layers for t in pair))
 
 
-def point(lm, n: int, args) -> dict:
+def point(lm, n: int, args, before=None) -> dict:
     """One point of the curve: ``n`` documents, cold and warm side by side."""
     docs = documents(n, 0, args.words)
     cold_request = lm.score_request(prompt(docs), OPTIONS)
@@ -97,21 +97,47 @@ def point(lm, n: int, args) -> dict:
     with joined_pieces():
         joined = lm.score_encoded([orders[0]])[0]
     parts = pieces_of(lm, orders[0])
-    times = {"warm": [], "joined": [], "read": []}
-    for r in orders:  # side by side: each repeat times all three, one after the other
+    times = {"warm": [], "joined": [], "read": [], "before": []}
+    for r in orders:  # side by side: each repeat times them all, one after the other
         times["warm"].append(seconds(lambda: lm.score_encoded([r])))
         with joined_pieces():
             times["joined"].append(seconds(lambda: lm.score_encoded([r])))
         times["read"].append(seconds(lambda: read_once(parts)))
+        if before is not None:
+            times["before"].append(seconds(lambda: before_score(lm, before, r)))
     warm_s, joined_s, read_s = (statistics.median(times[k]) for k in ("warm", "joined", "read"))
+    before_s = statistics.median(times["before"]) if before is not None else None
     kv_bytes = sum(t.numel() * t.element_size() for layers in parts for pair in layers for t in pair)
     stats = store.stats()
     cached_tokens = sum(layers[0][0].shape[2] for layers, _ in store._pieces.values())
     return {"documents": n, "tokens": len(cold_request.prompt), "cold_s": cold_s, "warm_s": warm_s, "warm_over_cold": warm_s / cold_s,
-            "joined_s": joined_s, "read_once_s": read_s, "warm_over_read_once": warm_s / read_s, "kv_bytes": kv_bytes,
+            "joined_s": joined_s, "before_s": before_s, "read_once_s": read_s, "warm_over_read_once": warm_s / read_s, "kv_bytes": kv_bytes,
             "cache_bytes": stats.bytes, "cache_max_bytes": stats.max_bytes, "bytes_per_token": stats.bytes / cached_tokens,
             "same_bits": all(w == cold for w in warm),
             "joined_max_diff": max(abs(a.logprob - b.logprob) for a, b in zip(joined, cold))}
+
+
+def reading_at(ref: str):
+    """The documents reading (``doccache/reading.py``) of commit ``ref``, as a module beside this one."""
+    import importlib.util
+    import subprocess
+
+    source = subprocess.run(["git", "show", f"{ref}:src/setllm/core/doccache/reading.py"], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).parents[1]).stdout
+    spec = importlib.util.spec_from_loader("setllm.core.doccache.reading_before", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "setllm.core.doccache"
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    exec(compile(source, f"{ref}:reading.py", "exec"), module.__dict__)
+    return module
+
+
+def before_score(lm, before, request):
+    """``request`` scored by the reading of ``--before`` through the same cache."""
+    from setllm.core import doccache
+
+    store, key = doccache.for_reading(lm.model), doccache.reading_key(lm.model, lm.tokenizer, lm.variant)
+    return before.score(lm.model, lm.variant, [request], store, key)
 
 
 def twin(lm):
@@ -224,22 +250,27 @@ def plot(curve: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     tokens = [p["tokens"] / 1000 for p in curve]
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for key, label in (("cold_s", "cold"), ("warm_s", "warm (a call per piece)"), ("joined_s", "warm, pieces joined (a GPU's way)"),
-                       ("read_once_s", "reading its keys and values once")):
-        a.plot(tokens, [p[key] for p in curve], marker="o", label=label)
+    fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(12, 8.5))
+    for key, label in (("cold_s", "cold"), ("before_s", "warm, the reading before (pieces copied)"), ("warm_s", "warm (a call per piece)"),
+                       ("joined_s", "warm, pieces joined per layer (a GPU's way)"), ("read_once_s", "reading its keys and values once")):
+        if curve[0].get(key) is not None:
+            a.plot(tokens, [p[key] for p in curve], marker="o", label=label)
     a.set(xlabel="thousand tokens of documents", ylabel="seconds", yscale="log", title="A question over cached documents")
-    a.legend(fontsize=8)
-    b.plot(tokens, [p["warm_over_cold"] for p in curve], marker="o", label="warm / cold")
-    b.plot(tokens, [p["warm_over_read_once"] / 100 for p in curve], marker="s", label="warm / reading once, / 100")
+    a.legend(fontsize=7)
+    b.plot(tokens, [p["warm_over_cold"] for p in curve], marker="o", label="warm / cold, this CPU")
+    if "gpu_warm_over_cold" in curve[0]:
+        b.plot(tokens, [p["gpu_warm_over_cold"] for p in curve], marker="^", linestyle="--", label="a GPU's, predicted from op counts")
     b.scatter([13.2, 32], [0.01, 0.005], marker="x", color="red", label="goals: 0.01 at 13k, 0.005 at 32k")
-    b.axhline(0.03, color="red", linestyle=":", linewidth=1, label="goal: warm within 3x reading once (0.03 here)")
-    b.set(xlabel="thousand tokens of documents", ylabel="ratio", yscale="log", title="Warm against cold")
-    b.legend(fontsize=8)
-    c.plot(tokens, [p["bytes_per_token"] for p in curve], marker="o")
-    c.set(xlabel="thousand tokens of documents", ylabel="bytes per token", title="The cache's bytes per token", ylim=(0, 60000))
+    b.set(xlabel="thousand tokens of documents", ylabel="warm / cold", yscale="log", title="Warm against cold")
+    b.legend(fontsize=7)
+    c.plot(tokens, [p["warm_over_read_once"] for p in curve], marker="o")
+    c.axhline(3, color="red", linestyle=":", label="goal: 3")
+    c.set(xlabel="thousand tokens of documents", ylabel="warm / reading once", yscale="log", title="Warm against reading its keys and values once")
+    c.legend(fontsize=7)
+    d.plot(tokens, [p["bytes_per_token"] for p in curve], marker="o")
+    d.set(xlabel="thousand tokens of documents", ylabel="bytes per token", title="The cache's bytes per token", ylim=(0, 60000))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main() -> int:
@@ -250,6 +281,7 @@ def main() -> int:
     p.add_argument("--cache-mb", type=float, default=2048, help="the memory cache's bound (200 documents need about 1,500 MB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--rows", action="store_true", help="also the question's row blocks, side by side")
+    p.add_argument("--before", default=None, metavar="REF", help="also the warm question read by commit REF's doccache/reading.py, side by side")
     p.add_argument("--skip-ops", action="store_true", help="no op counts or GPU prediction")
     p.add_argument("--gpu-op-us", type=float, default=5.0, help="a GPU's host time per dispatched op (eager PyTorch: about 5 us)")
     p.add_argument("--gpu-tbps", type=float, default=4.8, help="a GPU's memory bandwidth, TB/s (H200: 4.8)")
@@ -262,9 +294,10 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     lm = SetLLM.from_pretrained(variant="sbp", adapter=None)
     narrow = None if args.skip_ops else twin(lm)
-    result = {"threads": args.threads, "curve": []}
+    before = reading_at(args.before) if args.before else None
+    result = {"threads": args.threads, "before": args.before, "curve": []}
     for n in args.docs:
-        row = point(lm, n, args)
+        row = point(lm, n, args, before)
         if narrow is not None:
             row.update(ops(narrow, n, args))
             row.update(gpu_prediction(row, lm, args))

@@ -261,9 +261,11 @@ def read_options(model, variant: Variant, requests: Sequence, store: DocumentCac
     alone or among others. Per request, its next-token log-probs ``[1, V]`` (each option's
     first token) and the log-probs after each option's tokens but its last ``[sum(n - 1), V]``,
     options in order (the same bits whatever ``store`` holds)."""
-    asked = [collate([_followed_by_set(r.prompt, r.options)], variant.positions, 0) for r in requests]
+    # An option's last token predicts nothing read and no other token sees it: it is left out.
+    read_rows = [[o[:-1] for o in r.options] for r in requests]
+    asked = [collate([_followed_by_set(r.prompt, rows)], variant.positions, 0) for r, rows in zip(requests, read_rows)]
     read = _piece_lists(model, variant, [(r.prompt, b) for r, b in zip(requests, asked)], store, reading)
-    asks = [_Ask.of(b, suffix, r.options) for r, b, (_, suffix) in zip(requests, asked, read)]
+    asks = [_Ask.of(b, suffix, rows) for rows, b, (_, suffix) in zip(read_rows, asked, read)]
     window, questions, ids, pos, keep = sliding_window(model.config), [], [], [], []
     for a, (parts, _) in zip(asks, read):
         t = len(ids)
@@ -299,20 +301,20 @@ def _question_forward(model, plan: attention.Plan, ids: list[int], pos: list[int
 @dataclass
 class _Ask:
     """One scoring request over cached documents: its tokens to compute (the suffix, then
-    the options as one more set) and the layout its masks are read off."""
+    the options but their last tokens as one more set) and the layout its masks are read off."""
 
     layout: TokenLayout  # of the whole prompt + options, [1, n_cached + tail]
     tail_ids: list[int]
     tail_positions: list[int]
-    keep: list[int]  # tail indices whose logits are read: the suffix's last, then each option's tokens but its last
+    keep: list[int]  # tail indices whose logits are read: the suffix's last, then each option's tokens (its last left out)
 
     @classmethod
-    def of(cls, batch, suffix: list[int], options) -> _Ask:
-        """``batch``: the prompt followed by its options as one more set, collated; ``suffix``:
-        its suffix's token indices (the pieces hold every token before)."""
+    def of(cls, batch, suffix: list[int], rows) -> _Ask:
+        """``batch``: the prompt followed by ``rows`` (each option but its last token) as one
+        more set, collated; ``suffix``: its suffix's token indices (the pieces hold every token before)."""
         n = suffix[0]
-        starts = [len(suffix) + sum(map(len, options[:i])) for i in range(len(options))]
-        keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, options) for j in range(len(o) - 1))]  # token j predicts j + 1
+        starts = [len(suffix) + sum(map(len, rows[:i])) for i in range(len(rows))]
+        keep = [len(suffix) - 1, *(s + j for s, o in zip(starts, rows) for j in range(len(o)))]  # token j predicts j + 1
         return cls(batch.layout, batch.input_ids[0, n:].tolist(), batch.position_ids[0, n:].tolist(), keep)
 
 
