@@ -137,6 +137,22 @@ def test_a_shared_reader_reads_through_its_owners_cache_whatever_it_becomes(tmp_
     assert reader.document_cache is None
 
 
+def test_an_owner_read_otherwise_gets_the_default_cache_its_sbp_reader_reads_through():
+    """from_pretrained() loads the choose adapter under setmask-setpe (no cache of its own); the
+    sbp documents reader answer() loads beside it reads through it: the owner's cache is on by
+    default for it, not a scratch one that keeps nothing."""
+    owner = SetLLM(tiny_model("llama"), tiny_tokenizer(), "setmask-setpe")
+    reader = SetLLM(tiny_model("llama", seed=1), tiny_tokenizer(), "sbp")
+    assert owner.document_cache is None
+    doccache.share(reader.model, owner.model)
+    reader.score(prompt(DOCS[:2]), OPTIONS)
+    assert owner.document_cache is not None and owner.document_cache.stats().entries == 3
+    off = SetLLM(tiny_model("llama", seed=2), tiny_tokenizer(), "setmask-setpe")
+    off.cache_documents(0)
+    doccache.share(reader.model, off.model)
+    assert reader.document_cache is None  # switched off stays off
+
+
 @pytest.mark.parametrize("value, message", [
     ("512", "max_mb must be a number of megabytes >= 0 (0: off), got '512'"),
     (-5, "max_mb must be a number of megabytes >= 0 (0: off), got -5"),

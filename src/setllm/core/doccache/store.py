@@ -175,6 +175,7 @@ def share(model, reader_of) -> None:
     ``--cache-dir``). A piece's key names the weights, adapters and variant it was computed
     under, so the two readings never read each other's pieces."""
     owner(model).reads_through = owner(reader_of)
+    on_by_default(reader_of)  # the reading that shares it caches: the cache is on by default, as its own would be
 
 
 def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
