@@ -16,7 +16,8 @@ For each ``--docs`` count (documents of about 160 tokens: 200 are about 32k toke
   predicted from them: a call costs ``max(ops x --gpu-op-us, flops / --gpu-tflops + bytes / --gpu-tbps)``.
 
 ``--rows`` adds the question's row blocks (16, 32, 64 rows) for one question and for four,
-warm, side by side. ``--plot`` draws the curve.
+warm, side by side; ``--before REF`` the warm question read by commit REF's reading, side by
+side; ``--profile N`` where a warm question over N documents spends its time. ``--plot`` draws the curve.
 
     python benchmarks/bench_doccache_curve.py --threads 1 --json curve.json --plot docs/figures/doccache-curve.png
 """
@@ -235,12 +236,29 @@ def rows(lm, args) -> list[dict]:
                 lm.score_encoded(one if n == 1 else four)
                 times[(r, n)].append(time.perf_counter() - start)
         for (r, n), ts in times.items():
-            tail = sum(len(q.prompt) - len(reading._Pieces.of(q.prompt).prefix) - sum(map(len, reading._Pieces.of(q.prompt).elements))
-                       + sum(map(len, q.options)) for q in (one if n == 1 else four))
+            tail = sum(len(reading._Pieces.of(q.prompt).suffix) + sum(len(o) - 1 for o in q.options) for q in (one if n == 1 else four))
             out.append({"rows": r, "questions": n, "tokens": tail, "padded_to": -(-tail // r) * r, "median_s": statistics.median(ts)})
     finally:
         reading.QUESTION_ROWS["cpu"] = saved
     return out
+
+
+def profiled(lm, n: int, args) -> str:
+    """Where a warm question over ``n`` documents spends its time (torch.profiler, by op), each way."""
+    from torch.profiler import profile
+
+    docs = documents(n, 0, args.words)
+    lm.cache_documents(args.cache_mb)
+    request = lm.score_request(prompt(random.Random(1).sample(docs, n)), OPTIONS)
+    lm.score_encoded([request])
+    tables = []
+    for way, setting in (("a call per piece", contextlib.nullcontext), ("pieces joined per layer", joined_pieces)):
+        with setting():
+            lm.score_encoded([request])
+            with profile() as p:
+                lm.score_encoded([request])
+        tables.append(f"{n} documents, {way}:\n" + p.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+    return "\n".join(tables)
 
 
 def plot(curve: list[dict], path: str) -> None:
@@ -283,6 +301,7 @@ def main() -> int:
     p.add_argument("--rows", action="store_true", help="also the question's row blocks, side by side")
     p.add_argument("--before", default=None, metavar="REF", help="also the warm question read by commit REF's doccache/reading.py, side by side")
     p.add_argument("--skip-ops", action="store_true", help="no op counts or GPU prediction")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="also where a warm question over N documents spends its time")
     p.add_argument("--gpu-op-us", type=float, default=5.0, help="a GPU's host time per dispatched op (eager PyTorch: about 5 us)")
     p.add_argument("--gpu-tbps", type=float, default=4.8, help="a GPU's memory bandwidth, TB/s (H200: 4.8)")
     p.add_argument("--gpu-tflops", type=float, default=50.0, help="a GPU's fp32 throughput reached, TFLOP/s (H200 peak: 67)")
@@ -303,6 +322,9 @@ def main() -> int:
             row.update(gpu_prediction(row, lm, args))
         result["curve"].append(row)
         print(json.dumps(row), flush=True)
+    if args.profile:
+        result["profile"] = profiled(lm, args.profile, args)
+        print(result["profile"], flush=True)
     if args.rows:
         result["rows"] = rows(lm, args)
         for r in result["rows"]:
