@@ -28,7 +28,6 @@ import itertools
 import json
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -36,27 +35,12 @@ import sys
 import time
 
 import httpx
+from bench_serve import start_server  # the same server start as the load benchmark (batching verdict in)
 
-START_TIMEOUT_S = 600
 LONG = "Write a long story about a cat who learns to sail across the sea.\n\nStory:"  # no EOS within 64 tokens here
 SETS = [("Pick the fruit:\\n{{", ["car\\n", "apple\\n", "house\\n"], "}}Answer:"),
         ("Which city is the capital of France?\\n{{", ["Budapest\\n", "Paris\\n", "Zurich\\n"], "}}Answer:")]
 SAMPLING = [{"temperature": 0}, {"temperature": 0.8, "seed": 7}]
-
-
-def start_server(flags: list[str]) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "setllm", "serve", "--port", "0", *flags]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    deadline, seen = time.monotonic() + START_TIMEOUT_S, []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if "Ctrl-C stops" in line:
-            return proc, re.search(r"listening on (http://\S+?);?\s", "".join(seen)).group(1)
-    proc.kill()
-    sys.exit("the server did not start:\n" + "".join(seen))
 
 
 def stop_server(proc: subprocess.Popen) -> None:
