@@ -24,6 +24,7 @@ def test_replicas_without_ray_is_refused_in_one_line(capsys, monkeypatch, model_
     (["--replicas", "0"], "error: --replicas must be an integer >= 1, got 0"),
     (["--max-replicas", "3"], "error: --max-replicas needs --replicas N"),
     (["--ray-address", "auto"], "error: --ray-address needs --replicas N"),
+    (["--replicas", "2", "--max-replicas", "3", "--scale-down-s", "-1"], "error: --scale-down-s must be a number of seconds >= 0, got -1.0"),
     (["--replicas", "4", "--max-replicas", "3"], "error: --replicas 4 must lie between --min-replicas 4 and --max-replicas 3"),
 ])
 def test_ray_flags_are_checked_before_anything_loads(capsys, flags, message):
@@ -75,9 +76,11 @@ def engine_config(options, **config):
 def test_autoscaling_bounds_the_router_and_a_gpu_per_replica_pass_to_ray_serve():
     from setllm.serve.ray.options import RayOptions
 
-    scaled, _ = engine_config(RayOptions(replicas=2, min_replicas=1, max_replicas=4, target_in_flight=3), max_queue=10, max_batch_size=4)
+    scaled, _ = engine_config(RayOptions(replicas=2, min_replicas=1, max_replicas=4, target_in_flight=3, scale_up_s=5, scale_down_s=20),
+                              max_queue=10, max_batch_size=4)
     a = scaled.autoscaling_config
     assert (a.min_replicas, a.initial_replicas, a.max_replicas, a.target_ongoing_requests) == (1, 2, 4, 3)
+    assert (a.upscale_delay_s, a.downscale_delay_s) == (5, 20)
     assert scaled.max_ongoing_requests == 14  # past the replica's own queue it answers 503 itself
     assert scaled.request_router_config.request_router_class == "setllm.serve.ray.router.DocumentRouter"
     fixed, actor = engine_config(RayOptions(replicas=3, router="power-of-two"))

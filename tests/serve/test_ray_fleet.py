@@ -56,12 +56,17 @@ def fleet(*args: str):
         yield proc, listening_url(proc, time.monotonic() + START_S)
     finally:
         left = processes(proc)
-        for p in left:
-            p.kill()
-        if proc.poll() is None:
-            proc.kill()
+        kill(left)
         proc.wait()
         psutil.wait_procs(left, timeout=10)
+
+
+def kill(left: list) -> None:
+    for p in left:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def processes(proc: subprocess.Popen) -> list:
@@ -246,3 +251,84 @@ def test_an_idle_fleet_stops_within_10_s_on_sigterm_to_its_group(model_dir):
         took = time.monotonic() - signalled
         assert proc.returncode == 0 and took < 10, took
         assert not psutil.wait_procs(started, timeout=5)[1]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def ray_node(log: Path, *args: str, env: dict | None = None):
+    """``ray start --block ARGS`` (a Ray node, as a user starts one) until it says it runs; it
+    and everything it started are stopped after."""
+    ray = str(Path(sys.executable).parent / "ray")
+    with open(log, "w") as out:
+        node = subprocess.Popen([ray, "start", "--block", "--node-ip-address", "127.0.0.1", "--disable-usage-stats", *args],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "block forever" not in log.read_text():
+            assert node.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.25)
+        yield node
+    finally:
+        started = processes(node)
+        node.terminate()  # `ray start --block` stops its node on SIGTERM
+        kill(psutil.wait_procs(started, timeout=30)[1])
+
+
+def test_two_ray_nodes_one_replica_each_the_same_bits_routed_by_documents(model_dir, one_server, tmp_path):
+    """`ray start --head`, then `ray start --address` (a node of its own resources, here on the
+    same machine), then `setllm serve --replicas 2 --ray-address`: a CPU per node and per
+    replica puts one replica on each node; answers are the single server's; a set of
+    documents goes back to the replica that read it, in any order."""
+    import tempfile
+
+    port, temp = free_port(), tempfile.TemporaryDirectory(prefix="setllm-ray-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    head = ["--head", "--port", str(port), "--num-cpus", "1", "--resources", '{"node_a": 1}', "--include-dashboard", "false",
+            "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", "0",
+            "--temp-dir", temp.name]
+    with temp, ray_node(tmp_path / "head.log", *head):
+        token = {"RAY_AUTH_MODE": "token"} if (Path.home() / ".ray" / "auth_token").exists() else {}  # as the head set it up
+        with ray_node(tmp_path / "node.log", "--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--resources", '{"node_b": 1}',
+                      "--dashboard-agent-listen-port", "0", env=token):
+            with fleet("--replicas", "2", "--ray-address", f"127.0.0.1:{port}", *flags(model_dir)) as (proc, url):
+                where = {}
+                for i in range(4):  # new sets go to the replica holding the fewest documents: both take some
+                    docs = [f"Town {i}{j} is on river {j}." for j in range(3)]
+                    body = {"documents": docs, "question": "Which river?", "max_new_tokens": 3}
+                    r = httpx.post(url + "/v1/answer", json=body, timeout=120)
+                    assert (r.status_code, r.json()) == (200, one_server.post("/v1/answer", json=body).json())
+                    again = httpx.post(url + "/v1/answer", json={**body, "documents": docs[::-1]}, timeout=120)
+                    assert again.json() == r.json() and again.headers[REPLICA_HEADER] == r.headers[REPLICA_HEADER]
+                    where[r.headers[REPLICA_HEADER]] = True
+                metrics = httpx.get(url + "/metrics").text
+                nodes = {line.split('node="')[1].split('"')[0] for line in metrics.splitlines() if line.startswith("setllm_replica_info{")}
+                assert len(where) == 2 and len(nodes) == 2, metrics  # two replicas, on two nodes
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=60) == 0
+
+
+def test_a_signal_while_the_replicas_load_ends_the_start(model_dir):
+    """As one server ends at once on a signal while its model loads: the start ends, Ray with it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "SETLLM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([SRC, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    proc = subprocess.Popen([sys.executable, "-m", "setllm", "serve", "--port", "0", "--replicas", "2", *flags(model_dir)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_S
+        while not engines(proc):  # Ray is up, the replicas are loading
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "no replica"
+            time.sleep(0.1)
+        started = processes(proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert "listening" not in proc.stderr.read()
+        assert not psutil.wait_procs(started, timeout=10)[1]
+    finally:
+        kill(processes(proc))
+        proc.wait()

@@ -42,7 +42,8 @@ def _replicas(options: RayOptions) -> dict[str, Any]:
         return {"num_replicas": options.replicas}
     low, high = options.bounds
     return {"autoscaling_config": {"min_replicas": low, "initial_replicas": options.replicas, "max_replicas": high,
-                                   "target_ongoing_requests": options.target_in_flight}}
+                                   "target_ongoing_requests": options.target_in_flight,
+                                   "upscale_delay_s": options.scale_up_s, "downscale_delay_s": options.scale_down_s}}
 
 
 def _router(options: RayOptions) -> RequestRouterConfig:

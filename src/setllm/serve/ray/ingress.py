@@ -83,6 +83,10 @@ class Ingress:
         self.metrics.observe_request(endpoint, response.status_code, time.perf_counter() - start)
         return response
 
+    async def busy(self) -> int:
+        """The requests being answered."""
+        return self.in_flight
+
     async def drain(self) -> int:
         """Turn new requests away from now on; the requests still being answered."""
         self.draining = True

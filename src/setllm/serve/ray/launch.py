@@ -106,15 +106,22 @@ def _absolute_pythonpath() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep) if p)
 
 
-def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0) -> str:
+def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0,
+           took: dict[str, float] | None = None) -> str:
     """Deploy on ``config.host``/``config.port`` and wait until every replica has loaded;
-    the endpoint's URL."""
+    the endpoint's URL. ``took`` gets the seconds of Serve's start (its controller and
+    proxy) and of the replicas' (each loads the model, side by side)."""
     from ray import serve
 
     from .deployments import application
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its INFO lines: the announcement says it
-    serve.start(http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
+    # one endpoint, on the head node (Ray's default puts a proxy on every node with a replica, each on
+    # --port: another entry point per node, and two nodes on one machine would both take the port)
+    took = {} if took is None else took
+    begin = time.monotonic()
+    serve.start(proxy_location="HeadOnly", http_options={"host": config.host, "port": config.port}, logging_config={"log_level": "WARNING"})
+    took["serve"], begin = time.monotonic() - begin, time.monotonic()
     try:
         serve.run(application(make_app, config, options, gpus), name=APP_NAME, route_prefix="/", logging_config={"log_level": "WARNING"})
     except RuntimeError:
@@ -122,6 +129,7 @@ def deploy(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions
         if why is None:
             raise
         raise InputError(why) from None
+    took["replicas"] = time.monotonic() - begin
     host = f"[{config.host}]" if ":" in config.host else config.host
     return f"http://{host}:{config.port}"
 
@@ -156,17 +164,29 @@ def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options
     (:meth:`.ingress.Ingress.stop`); then every replica stops, and a local Ray whole."""
     started = time.monotonic()
     where = connect(options)
-    signals = threading.Semaphore(0)
+    took = {"ray": time.monotonic() - started}
+    from ray import serve  # after connect(): Ray reads its configuration (the token) when imported
+    signals, serving = threading.Semaphore(0), threading.Event()
+
+    def on_signal(sig, frame) -> None:
+        if not serving.is_set():  # still starting (replicas loading, waiting for room): end now, as one server does
+            raise KeyboardInterrupt if sig == signal.SIGINT else SystemExit(128 + sig)
+        signals.release()
+
     for sig in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs handlers of its own
-        signal.signal(sig, lambda *_: signals.release())
+        signal.signal(sig, on_signal)
     try:
-        url = deploy(make_app, config, options, gpus)
+        url = deploy(make_app, config, options, gpus, took)
+        serving.set()
         scaling = f"{options.bounds[0]} to {options.bounds[1]} (autoscaling)" if options.autoscaling else str(options.replicas)
         print(f"setllm serve: {scaling} replica(s) on Ray Serve ({where}), router {options.router}; ready in "
-              f"{time.monotonic() - started:.1f} s\nsetllm serve: listening on {url}; Ctrl-C stops", file=sys.stderr, flush=True)
+              f"{time.monotonic() - started:.1f} s (Ray {took['ray']:.1f} s, Serve {took['serve']:.1f} s, the replicas loading side by side "
+              f"{took['replicas']:.1f} s)\nsetllm serve: listening on {url}; Ctrl-C stops", file=sys.stderr, flush=True)
+        ingress = serve.get_app_handle(APP_NAME)  # found and used now: a stop may find Ray's control plane gone, the endpoint up
+        _ask(ingress.busy)
         while not signals.acquire(timeout=0.5):  # a timeout: so Python runs the handler soon after the signal
             pass
-        drain(drain_limit(config), forced=lambda: signals.acquire(blocking=False))
+        drain(ingress, drain_limit(config), forced=lambda: signals.acquire(blocking=False))
     finally:
         shutdown(joined=options.ray_address is not None)
     print("setllm serve: stopped", file=sys.stderr, flush=True)
@@ -177,13 +197,11 @@ SETTLE_S = 0.5  # the ingress has answered: time for the proxy to write the last
 ASK_S = 10.0  # the ingress answers its drain counts at once; longer: Ray itself is gone
 
 
-def drain(limit_s: float, forced: Callable[[], bool]) -> None:
+def drain(ingress, limit_s: float, forced: Callable[[], bool]) -> None:
     """New requests get 503 from now on; wait until those accepted are answered (at most
-    ``limit_s``, or until ``forced()``), then answer any still open with a JSON 503."""
-    from ray import serve
-
+    ``limit_s``, or until ``forced()``), then answer any still open with a JSON 503.
+    ``ingress``: the application's handle."""
     try:
-        ingress = serve.get_app_handle(APP_NAME)
         busy = _ask(ingress.drain)
     except Exception as e:  # noqa: BLE001 - Ray or the ingress is gone: nothing is left to answer
         print(f"setllm serve: stopping; the endpoint does not answer ({_first_line(e)})", file=sys.stderr, flush=True)

@@ -20,6 +20,9 @@ class RayOptions:
         min_replicas, max_replicas: autoscaling bounds (either one given: Ray Serve scales
             between them on requests in flight; neither: ``replicas`` always).
         target_in_flight: the requests in flight per replica autoscaling aims at.
+        scale_up_s, scale_down_s: how long the load must stay above (below) the target before
+            autoscaling adds (removes) a replica (Ray Serve's ``upscale_delay_s`` and
+            ``downscale_delay_s``; a replica removed drains first).
         ray_address: a Ray cluster to join (None: start a local Ray instance).
         router: ``documents`` (to the replica holding the most of a request's documents),
             ``first-document`` (by the first document only, as a prefix router would) or
@@ -35,6 +38,10 @@ class RayOptions:
     max_replicas: int | None = field(default=None, metadata={"help": "with --replicas: autoscale up to N replicas", "metavar": "N"})
     target_in_flight: float = field(default=2.0, metadata={
         "help": "with autoscaling: requests in flight per replica that Ray Serve aims at", "metavar": "N"})
+    scale_up_s: float = field(default=30.0, metadata={
+        "help": "with autoscaling: seconds the load stays above the target before a replica is added", "metavar": "S"})
+    scale_down_s: float = field(default=600.0, metadata={
+        "help": "with autoscaling: seconds the load stays below the target before a replica is removed (it drains first)", "metavar": "S"})
     ray_address: str | None = field(default=None, metadata={
         "help": "with --replicas: join this Ray cluster (e.g. ray://head:10001 or auto); default: start a local Ray instance",
         "metavar": "ADDR"})
@@ -62,6 +69,9 @@ class RayOptions:
             _positive("--max-replicas", self.max_replicas)
         if not self.target_in_flight > 0:
             raise InputError(f"--target-in-flight must be > 0, got {self.target_in_flight}")
+        for flag, seconds in (("--scale-up-s", self.scale_up_s), ("--scale-down-s", self.scale_down_s)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+                raise InputError(f"{flag} must be a number of seconds >= 0, got {seconds!r}")
         if self.imbalance < 0:
             raise InputError(f"--imbalance must be an integer >= 0, got {self.imbalance}")
 
