@@ -228,8 +228,8 @@ def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, r
     own = new_cache()
     ids, pos = batch.input_ids[0, tail].tolist(), batch.position_ids[0, tail].tolist()
     logits = _question_forward(model, attention.Plan([question]), ids, pos, [len(tail) - 1], own)
-    n = len(tail)
-    cache = holding([(torch.cat([*(p[i][0] for p in parts), layer.keys[:, :, :n]], 2), torch.cat([*(p[i][1] for p in parts), layer.values[:, :, :n]], 2))
+    n = len(tail)  # the cache holds the row's padding too: cut
+    cache = holding([tuple(torch.cat([*(p[i][j] for p in parts), mine[:, :, :n]], 2) for j, mine in enumerate((layer.keys, layer.values)))
                      for i, layer in enumerate(own.layers)])
     return cache, logits.float().log_softmax(-1)
 
@@ -243,8 +243,9 @@ def score(model, variant: Variant, requests: Sequence, store: DocumentCache, rea
 # The row block of a question's forward on the CPU (the scoring driver's elsewhere): a question
 # (its text after the set and its options) is about 20 tokens, a third of the driver's 64.
 # Measured warm (docs/documents.md, benchmarks/bench_doccache_curve.py --rows): 32 rows were
-# faster than 16 and 64 for one question of 23 tokens and for four (92 tokens). Fixed for
-# every question, so a request's bits are the same alone or among others.
+# the fastest for one question of 20 tokens (0.186 s; 16: 0.212, 64: 0.230) and within 2% of
+# 64 for four (80 tokens). Fixed for every question, so a request's bits are the same alone
+# or among others.
 QUESTION_ROWS = {"cpu": 32}
 
 
