@@ -6,11 +6,12 @@ element's positions start at the set's start. So an element's keys and values de
 the text before its set and on the element itself: computed once, they are the keys and
 values it has in any set of documents, in any order, behind the same prefix. A prompt
 ``prefix {e1, e2, ...} suffix`` is read as: the prefix (its keys and values cached too), each
-element not cached yet on the prefix's cache alone, every element's cached keys and values
-laid out in the prompt's order, then the suffix on them. Generated tokens go on from there
-as after a prefill (:func:`prefill`); options to score run in the suffix's own forward, and
-the questions of many requests in one packed forward (:func:`score`), so a question over
-cached documents costs its own tokens' share of one forward.
+element not cached yet on the prefix's cache alone, then the suffix reading every piece where
+it lies, in the prompt's order (:mod:`.attention`: on a CPU one attention call per piece,
+their log-sum-exps combined in that fixed order; elsewhere the pieces joined once per layer).
+Generated tokens go on from there as after a prefill (:func:`prefill`); options to score run in
+the suffix's own forward, and the questions of many requests in one packed forward
+(:func:`score`), so a question over cached documents costs its own tokens' share of one forward.
 
 What is equal to what:
 
@@ -27,8 +28,9 @@ What is equal to what:
 - two cached readings of one set in any order: the same bits, as exact mode sorts the elements
   (the same pieces, the same forwards), and an element's cached keys are the same tensors
   whatever set it came in;
-- a scored request alone and among others: the same bits (:func:`score` packs requests as the
-  scoring driver does: fixed row blocks, an attention block per request).
+- a scored request alone and among others: the same bits (:func:`score` packs requests in
+  fixed row blocks, each request's attention over its own pieces and tokens, combined in an
+  order its prompt alone fixes).
 
 Prompt-bidirectional variants (``setmask-*``, ``prefix-*``) cannot reuse a document (it sees
 the question), and neither can canonical order or the causal readings (an element sees the
@@ -37,13 +39,14 @@ ones before it): those read as before (:func:`unusable` says why).
 The cache is bounded by bytes (the keys and values it holds, counted exactly), least recently
 used out, and keyed by fields (:class:`.keys.PieceKey`: the base weights, each
 active adapter's name and weights, the variant, dtype and tokenizer, the prefix's tokens and the
-element's tokens); under ``sbp`` one of :data:`DEFAULT_MB` is on by default (:func:`for_reading`).
+element's tokens); under ``sbp`` one of :data:`DEFAULT_MB` is made when a model is wrapped (:func:`on_by_default`).
 The weights' fingerprint is taken again after any in-place write to a parameter (training).
 With a folder, pieces are also kept on disk (:mod:`.tier`).
 
 One job a module: :mod:`.store` (the memory store, one per model's weights), :mod:`.tier` (the
 disk tier), :mod:`.keys` (what names a piece), :mod:`.reading` (a prompt read through the
-store), :mod:`.options` (a command's cache flags).
+store), :mod:`.attention` (a question's attention over the pieces where they lie),
+:mod:`.options` (a command's cache flags).
 """
 
 from .keys import PieceKey, ReadingKey, reading_key
