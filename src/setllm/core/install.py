@@ -110,16 +110,28 @@ def _model_eager(module):
 
 
 @contextmanager
-def attention(fn: Callable | str | None):
-    """Inside (this thread or task only), the model's attention runs ``fn`` (a function or the
-    name of a transformers implementation; None: the model's own)."""
-    if isinstance(fn, str):
-        fn = _named(fn)
-    token = _ATTENTION.set(fn)
+def call_context(var: contextvars.ContextVar, value):
+    """Inside (this thread or task only), ``var`` holds ``value``: how a call selects what it runs."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _ATTENTION.reset(token)
+        var.reset(token)
+
+
+def attention(fn: Callable | str | None):
+    """Inside (this thread or task only), the model's attention runs ``fn`` (a function or the
+    name of a transformers implementation; None: the model's own)."""
+    return call_context(_ATTENTION, _named(fn) if isinstance(fn, str) else fn)
+
+
+@contextmanager
+def planned_attention(model, fn: Callable, plan_var: contextvars.ContextVar, plan):
+    """Inside (this thread only), ``model``'s attention runs ``fn``, which reads ``plan`` from
+    ``plan_var``; the model itself is not changed (setllm is installed on it once)."""
+    install(model)
+    with call_context(plan_var, plan), attention(fn):
+        yield
 
 
 def _named(name: str) -> Callable:
@@ -130,14 +142,9 @@ def _named(name: str) -> Callable:
     return ALL_ATTENTION_FUNCTIONS[name]
 
 
-@contextmanager
 def fixed_rows(plan: RowPlan):
     """Inside (this thread or task only), every installed linear layer multiplies in ``plan``'s blocks."""
-    token = _ROWS.set(plan)
-    try:
-        yield
-    finally:
-        _ROWS.reset(token)
+    return call_context(_ROWS, plan)
 
 
 def _planned_forward(layer, x):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -262,17 +261,10 @@ def _attend(q, k, v, g: _Group, sliding: bool, scaling, softcap):
     return weights.nan_to_num(0.0) @ v  # a padding row masks every key: 0, not NaN
 
 
-@contextmanager
 def blocks_on(model, p: Plan):
     """Inside (this thread only), ``model``'s attention runs :func:`block_attention` under plan
     ``p``; the model itself is not changed (:mod:`setllm.core.install`)."""
-    install.install(model)
-    token = _PLAN.set(p)
-    try:
-        with install.attention(block_attention):
-            yield
-    finally:
-        _PLAN.reset(token)
+    return install.planned_attention(model, block_attention, _PLAN, p)
 
 
 def placeholder_mask(device) -> torch.Tensor:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -179,14 +178,7 @@ def piece_attention(module, query, key, value, attention_mask, scaling=None, dro
     return torch.cat(outs, 1), None
 
 
-@contextmanager
 def pieces_on(model, p: Plan):
     """Inside (this thread only), ``model``'s attention runs :func:`piece_attention` under plan
     ``p``; the model itself is not changed (:mod:`setllm.core.install`)."""
-    install.install(model)
-    token = _PLAN.set(p)
-    try:
-        with install.attention(piece_attention):
-            yield
-    finally:
-        _PLAN.reset(token)
+    return install.planned_attention(model, piece_attention, _PLAN, p)
