@@ -13,7 +13,9 @@ SIGKILLed; the first question of a replacement over those documents, from the fo
 the way: failed requests and answers unlike one server's), ``ramp`` (1 to 3 replicas under 1,
 then ``--peak`` clients, then 1 again: failures, when replicas come and go, the hit rate),
 ``stop`` (an idle fleet's SIGTERM to its group; eight open requests and SIGTERM to the group,
-then a double SIGINT: how each request ended, how long, what was left running).
+then a double SIGINT: how each request ended, how long, what was left running), ``faults``
+(eight requests open, the ingress, Ray's raylet or its GCS SIGKILLed: how those requests and the
+next one end, how long a SIGTERM then takes, what was left running).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -39,7 +42,7 @@ from bench_ray import labelled, stream, total
 from report_io import emit
 
 ENGINE = "ServeReplica:setllm:setllm-engine"
-PARTS = ("start", "warm", "kill", "ramp", "stop")
+PARTS = ("start", "warm", "kill", "ramp", "stop", "faults")
 
 
 @contextmanager
@@ -55,8 +58,8 @@ def server(args, *extra: str):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        health(url, proc)
-        yield proc, url, time.perf_counter() - start
+        health(url, proc, cpu := {})
+        yield proc, url, time.perf_counter() - start, cpu
     finally:
         left = tree(proc)
         for p in left:
@@ -74,16 +77,34 @@ def _gone():
         pass
 
 
-def health(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
+def health(url: str, proc: subprocess.Popen, cpu: dict, timeout: float = 600) -> None:
+    """Until ``/health`` answers; ``cpu`` gets the CPU seconds each process of the server spent by then."""
+    def sample() -> None:  # CPU seconds so far of each process alive now (one that ended keeps its last count)
+        for p in tree(proc):
+            with _gone():
+                times = p.cpu_times()
+                cpu[p.pid] = (kind(p), times.user + times.system)
+
     end = time.monotonic() + timeout
     while time.monotonic() < end and proc.poll() is None:
+        sample()
         try:
             if httpx.get(f"{url}/health", timeout=30).status_code == 200:
-                return
+                return sample()
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"setllm serve did not answer at {url} within {timeout} s: {proc.stderr.read() if proc.poll() is not None else ''}")
+
+
+def kind(p) -> str:
+    """Which part of a fleet a process is."""
+    line = " ".join(p.cmdline())
+    for name, mark in (("engine replicas", ENGINE), ("ingress", "setllm-ingress"), ("Serve's controller and proxy", "ServeController"),
+                       ("Serve's controller and proxy", "ProxyActor"), ("setllm serve", "-m setllm serve")):
+        if mark in line:
+            return name
+    return "Ray's own processes"
 
 
 def tree(proc: subprocess.Popen) -> list:
@@ -103,26 +124,32 @@ def engines(proc: subprocess.Popen) -> list:
     return out
 
 
-def ask(url: str, body: dict, path: str = "/v1/score") -> tuple[object, float, str]:
+def ask(url: str, body: dict, path: str = "/v1/score", timeout: float = 600) -> tuple[object, float, str]:
     """``(status or "no answer", seconds, replica)``."""
     start = time.perf_counter()
     try:
-        r = httpx.post(url + path, json=body, timeout=600)
+        r = httpx.post(url + path, json=body, timeout=timeout)
         return r.status_code, time.perf_counter() - start, r.headers.get("x-setllm-replica", "")
     except httpx.HTTPError:
         return "no answer", time.perf_counter() - start, ""
 
 
 def part_start(args) -> dict:
-    one, fleet = [], []
+    one, fleet, one_cpu, cpu = [], [], [], {}
     for _ in range(args.rounds):
-        with server(args) as (_, _, s):
+        with server(args) as (_, _, s, used):
             one.append(round(s, 1))
-        with server(args, "--replicas", "2") as (_, _, s):
+            one_cpu.append(sum(c for _, c in used.values()))
+        with server(args, "--replicas", "2") as (_, _, s, used):
             fleet.append(round(s, 1))
+            for name, c in used.values():
+                cpu[name] = cpu.get(name, 0.0) + c / args.rounds
     ratio = statistics.median(f / o for f, o in zip(fleet, one))
-    print(f"start to /health: one server {one} s, 2 replicas {fleet} s; median ratio {ratio:.2f}x", flush=True)
-    return {"one_server_s": one, "replicas_2_s": fleet, "median_ratio": round(ratio, 2)}
+    cpu = {k: round(v, 1) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])}
+    print(f"start to /health: one server {one} s, 2 replicas {fleet} s; median ratio {ratio:.2f}x; CPU seconds to /health: one server "
+          f"{sum(one_cpu) / len(one_cpu):.1f}, 2 replicas {sum(cpu.values()):.1f} ({cpu})", flush=True)
+    return {"one_server_s": one, "replicas_2_s": fleet, "median_ratio": round(ratio, 2), "one_server_cpu_s": round(sum(one_cpu) / len(one_cpu), 1),
+            "replicas_2_cpu_s": cpu}
 
 
 def ready(url: str, n: int, old: set[str], timeout: float = 600) -> None:
@@ -146,7 +173,7 @@ def part_warm(args) -> dict:
     rng, folder = random.Random(5), tempfile.mkdtemp(prefix="setllm-fleet-cache-")
     warmups = [documents(args.docs, seed, args.doc_words) for seed in (21, 22)]
     read, new = documents(args.docs, 11, args.doc_words), documents(args.docs, 13, args.doc_words)
-    with server(args, "--replicas", "2", "--cache-dir", folder) as (proc, url, _):
+    with server(args, "--replicas", "2", "--cache-dir", folder) as (proc, url, _, _):
         for docs in warmups:  # new sets go to the replica holding the fewest documents: one each, so neither's first forward is timed
             ask(url, question(docs, rng), "/v1/generate")
         cold = ask(url, question(read, rng), "/v1/generate")[1]
@@ -159,6 +186,7 @@ def part_warm(args) -> dict:
         status, joined, warm_replica = ask(url, question(read, rng), "/v1/generate")  # waits for a replacement
         fresh_cold = ask(url, question(new, rng), "/v1/generate")[1]  # new documents: to the other replacement, its first question
         metrics = httpx.get(url + "/metrics").text
+    shutil.rmtree(folder, ignore_errors=True)
     disk_hits = labelled(metrics, "setllm_document_cache_disk_hits").get(warm_replica)
     misses = labelled(metrics, "setllm_document_cache_misses").get(warm_replica)
     out = {"documents": args.docs, "words_per_document": args.doc_words, "cold_s": round(cold, 3), "in_memory_s": round(hot, 3),
@@ -172,14 +200,14 @@ def part_warm(args) -> dict:
 
 def part_kill(args) -> dict:
     bodies = stream(argparse.Namespace(pool=args.pool, per=5, questions=args.questions, asks=3))
-    with server(args) as (_, url, _):
+    with server(args) as (_, url, _, _):
         with ThreadPoolExecutor(args.clients) as pool:
             want = list(pool.map(lambda b: httpx.post(url + "/v1/score", json=b, timeout=600).json(), bodies))
     runs = []
     for run in range(args.kill_runs):
         answers: list = [None] * len(bodies)
         done = threading.Semaphore(0)
-        with server(args, "--replicas", "2") as (proc, url, _):
+        with server(args, "--replicas", "2") as (proc, url, _, _):
             def one(i: int) -> None:
                 try:
                     r = httpx.post(url + "/v1/score", json=bodies[i], timeout=600)
@@ -214,7 +242,7 @@ def part_ramp(args) -> dict:
     timeline, statuses, stop = [], [], threading.Event()
     flags = ["--replicas", "1", "--min-replicas", "1", "--max-replicas", "3", "--target-in-flight", "2", "--scale-up-s", str(args.scale_up_s),
              "--scale-down-s", str(args.scale_down_s)]
-    with server(args, *flags) as (proc, url, _):
+    with server(args, *flags) as (proc, url, _, _):
         begin = time.perf_counter()
         clients = {"n": 0}
 
@@ -261,14 +289,14 @@ def part_ramp(args) -> dict:
 
 def part_stop(args) -> dict:
     out = {}
-    with server(args, "--replicas", "2") as (proc, url, _):
+    with server(args, "--replicas", "2") as (proc, url, _, _):
         started, t = tree(proc), time.perf_counter()
         os.killpg(os.getpgid(proc.pid), signal.SIGTERM)
         proc.wait(timeout=120)
         out["idle_group_sigterm"] = {"seconds": round(time.perf_counter() - t, 1), "left_running": len(psutil.wait_procs(started, timeout=5)[1])}
     long = {"prompt": "Say:", "max_new_tokens": 64}
     for how in ("group_sigterm", "double_sigint"):
-        with server(args, "--replicas", "2", "--max-batch-size", "2") as (proc, url, _):
+        with server(args, "--replicas", "2", "--max-batch-size", "2") as (proc, url, _, _):
             with ThreadPoolExecutor(8) as pool:
                 futures = [pool.submit(ask, url, long, "/v1/generate") for _ in range(8)]
                 time.sleep(2.0)
@@ -285,6 +313,44 @@ def part_stop(args) -> dict:
             out[how] = {"seconds": round(seconds, 1), "answers": {str(s): ended.count(s) for s in set(ended)},
                         "left_running": len(psutil.wait_procs(started, timeout=5)[1])}
     print(f"stops: {out}", flush=True)
+    return out
+
+
+def orphans(since: float) -> list:
+    """Ray's processes a dead raylet left to init since ``since`` (its agents, started again while it died)."""
+    out = []
+    for p in psutil.process_iter(["ppid", "name", "create_time", "cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if p.info["ppid"] == 1 and p.info["create_time"] >= since and line.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")):
+            out.append(p)
+    return out
+
+
+def part_faults(args) -> dict:
+    out, long = {}, {"prompt": "Say:", "max_new_tokens": 64}
+    for victim, mark in (("ingress", "ServeReplica:setllm:setllm-ingress"), ("raylet", "raylet/raylet "), ("gcs", "gcs/gcs_server ")):
+        since = time.time()
+        with server(args, "--replicas", "2", "--max-batch-size", "1") as (proc, url, _, _):
+            with ThreadPoolExecutor(8) as pool:
+                futures = [pool.submit(ask, url, long, "/v1/generate", args.fault_wait_s) for _ in range(8)]
+                time.sleep(2.0)
+                for p in tree(proc):
+                    with _gone():
+                        if mark in " ".join(p.cmdline()):
+                            p.kill()
+                held = [f.result()[0] for f in futures]
+            status, after, _ = ask(url, {"prompt": "Say:", "max_new_tokens": 2}, "/v1/generate", args.fault_wait_s)
+            started, t = tree(proc), time.perf_counter()
+            proc.terminate()
+            proc.wait(timeout=300)
+            stop_s = time.perf_counter() - t
+            left = psutil.wait_procs(started, timeout=5)[1] + orphans(since)
+            for p in left:
+                with _gone():
+                    p.kill()
+        out[victim] = {"open_requests": {str(s): held.count(s) for s in set(held)}, "next_request": status, "next_request_s": round(after, 1),
+                       "sigterm_stop_s": round(stop_s, 1), "exit": proc.returncode, "left_running": len(left)}
+        print(f"faults: {victim} SIGKILLed with 8 requests open: {out[victim]}", flush=True)
     return out
 
 
@@ -305,6 +371,7 @@ def main() -> int:
     p.add_argument("--idle-s", type=float, default=40, help="ramp: seconds without clients at the end")
     p.add_argument("--scale-up-s", type=float, default=5, help="ramp: the fleet's --scale-up-s")
     p.add_argument("--scale-down-s", type=float, default=20, help="ramp: the fleet's --scale-down-s")
+    p.add_argument("--fault-wait-s", type=float, default=60, help="faults: how long a client waits for its answer")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args()
     result = {"cpus": os.cpu_count(), "threads": args.threads}

@@ -49,16 +49,16 @@ def _start_local(cpus: int) -> str:
     import ray
 
     _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
-    with _sessions_of_their_own():
+    with _out_of_this_group():
         # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "a local Ray instance"
 
 
 @contextlib.contextmanager
-def _sessions_of_their_own() -> Iterator[None]:
-    """Ray's own processes (GCS, raylet, their agents) start in a session of their own, out of
-    this process's group: a SIGTERM (or SIGINT) to the whole group, as a terminal, a shell's
+def _out_of_this_group() -> Iterator[None]:
+    """Ray's own processes (GCS, raylet, their agents) start out of this process's group (as
+    ``setsid`` starts a program): a SIGTERM (or SIGINT) to the whole group, as a terminal, a shell's
     ``kill -- -PGID`` or a supervisor sends it, reaches this process alone, which drains and
     then stops Ray; otherwise Ray died at once under the requests in flight. Where the kernel
     ties a child's life to its parent's (Linux: Ray's fate sharing), they still end with this
@@ -70,11 +70,11 @@ def _sessions_of_their_own() -> Iterator[None]:
         return
     popen = services.ConsolePopen
 
-    class OwnSession(popen):
+    class OwnGroup(popen):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **{**kwargs, "start_new_session": True})
 
-    services.ConsolePopen = OwnSession
+    services.ConsolePopen = OwnGroup
     try:
         yield
     finally:
