@@ -130,9 +130,10 @@ def concurrently(url: str, bodies: list[tuple[str, dict]]) -> tuple[list[threadi
     return threads, results
 
 
-def wait_in_flight(url: str, n: int, within_s: float = 60) -> None:
+def wait_in_flight(url: str, n: int, results: list, within_s: float = 60) -> None:
+    """Until all ``n`` requests reached the endpoint (in flight there, or answered into ``results``)."""
     deadline = time.monotonic() + within_s
-    while _value(httpx.get(url + "/metrics").text, "setllm_endpoint_requests_in_flight") < n:
+    while _value(httpx.get(url + "/metrics").text, "setllm_endpoint_requests_in_flight") + len(results) < n:
         assert time.monotonic() < deadline, f"{n} requests never were in flight"
         time.sleep(0.05)
 
@@ -146,7 +147,7 @@ def test_a_replica_killed_with_requests_in_flight_loses_none(model_dir, one_serv
         victim = first.headers[REPLICA_HEADER]
         pid = replica_pid(url, victim)
         threads, results = concurrently(url, [("/v1/generate", LONG)] * 6)
-        wait_in_flight(url, 6)
+        wait_in_flight(url, 6, results)
         time.sleep(0.2)  # sent to the replica: running or queued there
         os.kill(pid, signal.SIGKILL)
         for t in threads:
@@ -218,7 +219,7 @@ def test_a_stop_answers_every_open_request_and_leaves_nothing_running(model_dir,
     want = one_server.post("/v1/generate", json=LONG).json()
     with fleet("--replicas", "1", "--drain-s", str(DRAIN_S), *flags(model_dir)) as (proc, url):
         threads, results = concurrently(url, [("/v1/generate", LONG)] * 8)
-        wait_in_flight(url, 8)
+        wait_in_flight(url, 8, results)
         started = processes(proc)
         assert len(engines(proc)) == 1 and len(started) > 3
         signalled = time.monotonic()
