@@ -93,16 +93,17 @@ def _document(arg: str, where: str, text: bool = False) -> str:
     """A file's text, or the argument itself (``text``: always); never empty. An argument that
     looks like a path but names no readable file is an error, not a document."""
     path = Path(arg).expanduser()
+    from_file = not text and path.is_file()
     if not text and path.is_dir():
         raise InputError(f"{where}: {arg} is a folder; name its files (e.g. {arg.rstrip('/')}/*.txt), one document each")
-    if not text and path.is_file():
+    if from_file:
         from ..io.files import read_text
 
         arg = read_text(str(path), "document")
     elif not text and _looks_like_path(arg):
         raise InputError(f"{where}: no file {arg!r}; to read it as a document's text, pass --text")
     if not arg.strip():
-        raise InputError(f"{where}: a document must be non-empty text" + (f" ({path} is empty)" if not text and path.is_file() else ""))
+        raise InputError(f"{where}: a document must be non-empty text" + (f" ({path} is empty)" if from_file else ""))
     return arg
 
 

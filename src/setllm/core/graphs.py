@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError
-from .owner import active_adapters, owner
+from .owner import owner
 
 Fn = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
@@ -158,8 +158,3 @@ def of(model) -> Graphs | None:
     """The model's :class:`Graphs`, or None when the switch is off."""
     return owner(model).graphs
 
-
-def adapter_key(model) -> tuple:
-    """What of a PEFT model's state decides which modules run: the adapters it runs now
-    (none where its adapter layers are off, as :class:`setllm.AdapterBank` reads the base model)."""
-    return active_adapters(model)

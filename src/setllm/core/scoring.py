@@ -65,6 +65,7 @@ from .flex import padded_length
 from .install import fixed_row_linears
 from .kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
 from .masks import TokenLayout
+from .owner import active_adapters
 from .runtime import forward, uses_flex
 from .variants import Variant
 
@@ -388,7 +389,7 @@ def _captured_forward(model, captured: graphs.Graphs, plan, ids, pos, keep, k: i
         layers = output_cache(out).layers
         return [out.logits, *(layer.keys for layer in layers), *(layer.values for layer in layers)]
 
-    logits, *kv = captured.run(("prefill", graphs.adapter_key(model)), inputs, forward_on)
+    logits, *kv = captured.run(("prefill", active_adapters(model)), inputs, forward_on)  # the adapters decide which modules run
     cache, n = new_cache(), len(kv) // 2
     for i in range(n):
         cache.update(kv[i], kv[n + i], i)

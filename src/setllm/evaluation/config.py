@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.doccache import megabytes
+from ..core.doccache.options import check_flags
 from ..errors import InputError
 from ..readouts import READOUTS
 from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
@@ -67,10 +67,7 @@ class EvalConfig:
     progress: bool = field(default=True, metadata=_help("show a progress bar"))
 
     def __post_init__(self) -> None:
-        megabytes("--cache-mb", self.cache_mb)
-        megabytes("--cache-dir-mb", self.cache_dir_mb)
-        if self.cache_dir is not None and self.cache_mb == 0:
-            raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
+        check_flags(self.cache_mb, self.cache_dir, self.cache_dir_mb)
         if not self.out:
             raise InputError("no output directory: pass --out DIR")
         if self.dataset is None and not self.data_file:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..core.doccache import megabytes
+from ..core.doccache.options import check_flags
 from ..errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -82,11 +82,7 @@ class ServeConfig:
             raise InputError(f"--batch-window-ms must be between 0 and 1000, got {self.batch_window_ms!r}")
         if self.drain_s is not None and not (isinstance(self.drain_s, (int, float)) and math.isfinite(self.drain_s) and self.drain_s >= 0):
             raise InputError(f"--drain-s must be a number of seconds >= 0, got {self.drain_s!r}")
-        if self.cache_mb is not None:
-            megabytes("--cache-mb", self.cache_mb)
-        megabytes("--cache-dir-mb", self.cache_dir_mb)
-        if self.cache_dir is not None and self.cache_mb == 0:
-            raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
+        check_flags(self.cache_mb, self.cache_dir, self.cache_dir_mb)
         if not self.host:
             raise InputError("--host must not be empty")
         if self.api_key is not None and (not self.api_key.strip() or self.api_key != self.api_key.strip()):

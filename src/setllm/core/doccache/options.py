@@ -24,14 +24,21 @@ class CacheOptions:
         "help": "most MB of document keys and values in --cache-dir, least recently used out", "metavar": "MB"})
 
     def __post_init__(self) -> None:
-        megabytes("--cache-mb", self.cache_mb)
-        megabytes("--cache-dir-mb", self.cache_dir_mb)
-        if self.cache_dir is not None and self.cache_mb == 0:
-            raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
+        check_flags(self.cache_mb, self.cache_dir, self.cache_dir_mb)
 
     def attach(self, lm):
         """``lm``'s document cache as these options say (None: off)."""
         return lm.cache_documents(self.cache_mb, self.cache_dir, self.cache_dir_mb)
+
+
+def check_flags(cache_mb: float | None, cache_dir: str | None, cache_dir_mb: float) -> None:
+    """The checks of a command's cache flags, in its flags' names (``cache_mb`` None: the
+    command's default), as answer, eval and serve take them."""
+    if cache_mb is not None:
+        megabytes("--cache-mb", cache_mb)
+    megabytes("--cache-dir-mb", cache_dir_mb)
+    if cache_dir is not None and cache_mb == 0:
+        raise InputError("--cache-dir keeps the document cache on disk: it needs --cache-mb > 0")
 
 
 def reuse_line(s: CacheStats) -> str:

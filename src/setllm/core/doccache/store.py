@@ -1,7 +1,7 @@
 """The document cache's memory store: pieces' keys and values bounded by bytes, least recently
 used out, optionally over a disk tier (:mod:`.tier`); one store per model's weights, kept by
-their owner (:mod:`setllm.core.owner`): made by :func:`attach` (or, under ``sbp``, on by
-default at the first reading: :func:`for_reading`), shared by every view of the weights.
+their owner (:mod:`setllm.core.owner`): made when setllm wraps the weights under a reading that
+caches (:func:`on_by_default`) or by :func:`attach`, shared by every view of the weights.
 
 Shapes: a piece's keys and values are one ``(k [1, Hkv, n, d], v)`` pair per layer.
 """
@@ -175,7 +175,7 @@ def share(model, reader_of) -> None:
     ``--cache-dir``). A piece's key names the weights, adapters and variant it was computed
     under, so the two readings never read each other's pieces."""
     owner(model).reads_through = owner(reader_of)
-    on_by_default(reader_of)  # the reading that shares it caches: the cache is on by default, as its own would be
+    on_by_default(model)  # the reading that shares it caches: the cache it reads through is on by default, as its own would be
 
 
 def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
@@ -191,7 +191,7 @@ def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | Non
             raise InputError("a document cache on disk needs one in memory too: max_mb > 0")
         state.documents = None
         return None
-    cache = None if state.documents is UNSET else state.documents
+    cache = of(model)
     same_folder = cache is not None and (None if cache.disk is None else cache.disk.directory) == (None if directory is None else Path(directory).expanduser())
     if not same_folder:
         cache = state.documents = DocumentCache(max_mb, directory, disk_mb, warn)
@@ -214,7 +214,7 @@ def on_by_default(model) -> None:
     a reading that caches documents (:class:`setllm.reader.Reader`): :data:`DEFAULT_MB` in
     memory, made once; weights wrapped again keep what they have (a cache asked for, or
     switched off)."""
-    state = owner(model)
+    state = owner(model).documents_owner()
     if state.documents is UNSET:
         state.documents = DocumentCache(DEFAULT_MB, warn=False)
 
@@ -224,10 +224,10 @@ def for_reading(model) -> DocumentCache:
     ``model``'s weights (by default since they were wrapped: :func:`on_by_default`); where it
     was switched off (or the weights were never wrapped), a :meth:`DocumentCache.scratch` one,
     so the reading is the cached one's computation."""
-    found = owner(model).documents_owner().documents
-    return DocumentCache.scratch() if found is None or found is UNSET else found
+    return of(model) or DocumentCache.scratch()
 
 
 def forget(model) -> None:
     """Drop ``model``'s document cache for a new default one, as a restarted process has (tests)."""
-    owner(model).documents_owner().documents = DocumentCache(DEFAULT_MB, warn=False)
+    owner(model).documents_owner().documents = UNSET
+    on_by_default(model)
