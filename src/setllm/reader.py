@@ -260,7 +260,11 @@ class Reader:
         ``warn=False``: not said, as where a server said it at start-up). The one place a cache
         is set: the CLI, the server and ``answer``'s documents reader (which reads through its
         owner's: :func:`setllm.core.doccache.share`) go through it."""
-        return doccache.attach(self.model, max_mb, directory, disk_mb, warn)
+        cache = doccache.attach(self.model, max_mb, directory, disk_mb, warn)
+        if cache is not None and doccache.variant_problem(self.variant) is None:
+            with self._running() as model:  # the key's fingerprints now (weights, tokenizer: 0.1 s), not in the first question's time
+                doccache.reading_key(model, self.tokenizer, self.variant, self.origin.adapter)
+        return cache
 
     @property
     def document_cache(self) -> doccache.DocumentCache | None:

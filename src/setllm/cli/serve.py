@@ -159,7 +159,7 @@ def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOpti
     load = config_from_args(LoadOptions, args)
     from ..serve.ray.launch import serve_until_signal
 
-    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, gpus=1.0 if _on_cuda(load) else 0.0)
+    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, load.device)
     return 0
 
 
@@ -174,14 +174,6 @@ def replica_app(args: argparse.Namespace, config: ServeConfig):
 def _plain(args: argparse.Namespace) -> argparse.Namespace:
     """The flags alone, to send to the replicas."""
     return argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "func"})
-
-
-def _on_cuda(options: LoadOptions) -> bool:
-    if options.device is not None:
-        return options.device.startswith("cuda")
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ it goes when the model goes.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ def owner(model) -> Owner:
 def active_adapters(model) -> tuple[str, ...]:
     """The names of the LoRA adapters a forward of ``model`` runs now (none where they are
     off, as :class:`setllm.AdapterBank` reads the base model)."""
+    if "peft" not in sys.modules:  # no PEFT layer can exist before peft is imported; importing it costs a first question 0.1 s
+        return ()
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)

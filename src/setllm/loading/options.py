@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args, get_type_hints
 
-import torch
-
 from ..core.variants import (
     ATTENTION_BACKENDS,
     FLEX_FROM,
@@ -94,6 +92,8 @@ class LoadOptions:
 
     @property
     def torch_dtype(self):
+        import torch
+
         return getattr(torch, DTYPES[self.dtype])
 
     def adapter_path(self, kind: str = "choose") -> str | None:
@@ -185,6 +185,8 @@ def apply_threads(threads: int | None = None) -> int | None:
         threads = threads_from_env()
     if threads is None:
         return None
+    import torch  # here: the options are read (the CLI's flags, a fleet's launcher) without torch
+
     torch.set_num_threads(threads)
     return threads
 
@@ -241,6 +243,8 @@ def _check_type(name: str, value, hint) -> None:
 
 def check_device(device: str) -> None:
     """A device torch knows and this machine has, or one line saying which is wrong."""
+    import torch
+
     try:
         dev = torch.device(device)
     except RuntimeError:

@@ -92,6 +92,12 @@ class ServeConfig:
     def loopback(self) -> bool:
         return self.host in LOOPBACK_HOSTS
 
+    @property
+    def drain_limit(self) -> float:
+        """How long a stop waits for accepted requests: ``--drain-s``, else as long as any
+        request may take (``--timeout-s``) plus a little for its answer to go out."""
+        return self.drain_s if self.drain_s is not None else self.timeout_s + 1.0
+
 
 def _at_least(flag: str, value, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -101,12 +101,6 @@ def documents_line(service: Service) -> str:
     return f"setllm serve: /v1/answer: adapter {origin.adapter or 'none'}, variant {variant}; {kept}"
 
 
-def drain_limit(config: ServeConfig) -> float:
-    """How long a stop waits for accepted requests: ``--drain-s``, else as long as any
-    request may take (``--timeout-s``) plus a little for its answer to go out."""
-    return config.drain_s if config.drain_s is not None else config.timeout_s + 1.0
-
-
 def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer:
     """The uvicorn server for ``app`` on ``sock`` (``.run(sockets=[sock])`` serves)."""
     service: Service = app.state.service
@@ -127,7 +121,7 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
                 f"setllm serve: batching {service.batching} (up to {service.batcher.max_batch_size} requests per forward); Ctrl-C stops")
 
     uv = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http="h11", loop="asyncio")
-    return DrainingServer(uv, service, announce, drain_limit(config))
+    return DrainingServer(uv, service, announce, config.drain_limit)
 
 
 def serve(app, config: ServeConfig, sock: socket.socket) -> None:

@@ -10,7 +10,6 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from ..config import ServeConfig
-from ..server import drain_limit
 from .ingress import Ingress
 from .options import RayOptions
 from .replica import EngineReplica
@@ -22,7 +21,7 @@ INGRESS_IN_FLIGHT = 10_000  # the ingress only waits on replicas: it never refus
 def application(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float = 0.0):
     """The bound application (``serve.run`` it). ``make_app``: builds the server's app on a
     replica; ``gpus``: per replica (1 on CUDA)."""
-    drain = drain_limit(config)
+    drain = config.drain_limit
     engine = serve.deployment(EngineReplica, name="setllm-engine").options(
         **_replicas(options),
         max_ongoing_requests=config.max_queue + config.max_batch_size,  # the replica's own queue refuses past it (503)

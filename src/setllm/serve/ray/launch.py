@@ -18,7 +18,6 @@ from typing import Any
 
 from ...errors import InputError
 from ..config import ServeConfig
-from ..server import drain_limit
 from .options import RayOptions
 
 APP_NAME = "setllm"
@@ -157,15 +156,17 @@ def shutdown(joined: bool) -> None:
     ray.shutdown()
 
 
-def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, gpus: float) -> None:
+def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options: RayOptions, device: str | None = None) -> None:
     """The whole life of ``setllm serve --replicas N`` in this process. A signal drains as the
     single server does: new requests get 503, accepted ones finish (up to ``--drain-s``, by
     default ``--timeout-s``); a second signal, or the limit, answers the rest with a JSON 503
-    (:meth:`.ingress.Ingress.stop`); then every replica stops, and a local Ray whole."""
+    (:meth:`.ingress.Ingress.stop`); then every replica stops, and a local Ray whole.
+    ``device``: the replicas' (``--device``; None: a GPU wherever the cluster has them)."""
     started = time.monotonic()
     where = connect(options)
     took = {"ray": time.monotonic() - started}
     from ray import serve  # after connect(): Ray reads its configuration (the token) when imported
+    gpus = replica_gpus(device)
     signals, serving = threading.Semaphore(0), threading.Event()
 
     def on_signal(sig, frame) -> None:
@@ -186,10 +187,21 @@ def serve_until_signal(make_app: Callable[[], Any], config: ServeConfig, options
         _ask(ingress.busy)
         while not signals.acquire(timeout=0.5):  # a timeout: so Python runs the handler soon after the signal
             pass
-        drain(ingress, drain_limit(config), forced=lambda: signals.acquire(blocking=False))
+        drain(ingress, config.drain_limit, forced=lambda: signals.acquire(blocking=False))
     finally:
         shutdown(joined=options.ray_address is not None)
     print("setllm serve: stopped", file=sys.stderr, flush=True)
+
+
+def replica_gpus(device: str | None) -> float:
+    """GPUs a replica asks Ray for: one on CUDA (``--device cuda...``, or no ``--device`` on a
+    cluster that has GPUs, as a replica's torch would pick CUDA there). Ray counts the GPUs;
+    this process never imports torch (a second off every start)."""
+    import ray
+
+    if device is not None:
+        return 1.0 if device.startswith("cuda") else 0.0
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
 ABORT_GRACE_S = 3.0  # after a forced stop: time for the ingress's 503s to go out
