@@ -277,3 +277,36 @@ def test_the_same_adapter_weights_give_the_same_key_loaded_alone_or_in_a_bank(tm
     torch.manual_seed(1)  # other LoRA weights on the same base
     retrained = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     assert doccache.reading_key(retrained, tok, variant, str(folder)).adapters != a.adapters  # other weights, the same name: another key
+
+
+def test_a_cache_set_takes_the_reading_keys_fingerprints_at_once(lm, tmp_path):
+    """A server sets its cache at start-up: the weights' and tokenizer's fingerprints are taken
+    then, so a replica's first question over documents in the folder pays for neither."""
+    from setllm.core.owner import owner
+
+    lm.cache_documents(64, directory=tmp_path)
+    state = owner(lm.model)
+    taken = state.fingerprints
+    assert taken is not None and None in taken[1] and lm.tokenizer in state.tokenizer_prints
+    lm.score(prompt(DOCS[:2]), OPTIONS)
+    assert state.fingerprints is taken  # the same prints: nothing taken again by the question
+
+
+PLAIN_MODEL = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from tiny import tiny_model, tiny_tokenizer
+    from setllm import Set, SetLLM
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    lm.score(["Documents:\\n", Set(["a b\\n", "c d\\n"]), "Answer:"], ["x", "y"])
+    print("peft" in sys.modules)
+""")
+
+
+def test_a_model_without_adapters_reads_documents_without_importing_peft():
+    """Importing peft costs a process's first question 0.1 s; no PEFT layer exists before it is imported."""
+    tests = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", PLAIN_MODEL, str(tests)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "False"
