@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .core.scoring import OptionScore
+from .core.values import OptionScore
 from .errors import InputError, SetLLMWarning
 
 

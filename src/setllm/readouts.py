@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .core.prompt import SetPrompt, template_prompt
-from .core.scoring import OptionScore
+from .core.values import OptionScore
 from .errors import InputError
-from .loading.adapters import READOUT_NAMES
+from .loading.record import READOUT_NAMES
 from .tasks.judge import judge_head, judge_prompt
 
 
@@ -82,7 +82,7 @@ READOUTS: dict[str, Readout] = {
                 lambda row, s: [yes.logprob - no.logprob for yes, no in s]),
     )
 }
-assert tuple(READOUTS) == READOUT_NAMES, "setllm.loading.adapters.READOUT_NAMES lists every readout"
+assert tuple(READOUTS) == READOUT_NAMES, "setllm.loading.record.READOUT_NAMES lists every readout"
 DEFAULT_READOUT = "likelihood"
 # Readouts that score the judge prompt alone, so any judge template's own prompt reads them
 # (``setllm eval --template held-out``); the others build prompts of their own on the trained one.

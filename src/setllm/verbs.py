@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .core.encoding import EncodedPrompt
-from .core.generation import GenerationConfig
 from .core.prompt import SetPrompt
 from .core.templates import mc_prompt, options_of
+from .core.values import GenerationConfig
 from .errors import InputError
 from .policy import Choice, check_candidates, check_choices, check_text, option_list, pick
 from .readouts import JudgeRow

@@ -9,46 +9,15 @@ Shapes: B prompts, K tokens so far (prompt + generated), V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import InputError
 from . import fit, runtime
 from .batch import Batch, continuation_layout
 from .encoding import response_position
 from .scoring import prefill
+from .values import GenerationConfig  # its home is torch-free; exported here as before
 from .variants import Variant
-
-
-@dataclass
-class GenerationConfig:
-    """How to decode.
-
-    Attributes:
-        max_new_tokens: upper bound on generated tokens per prompt.
-        temperature: 0 decodes greedily; > 0 samples from ``softmax(logits / temperature)``.
-        top_p: nucleus sampling: keep the smallest set of tokens with this much probability.
-        seed: seed for sampling (same seed, same text).
-        stop: strings that end generation; the stop string is cut from the text.
-    """
-
-    max_new_tokens: int = field(default=64, metadata={"help": "most tokens to generate", "metavar": "N"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy; > 0 samples", "metavar": "T"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass", "metavar": "P"})
-    seed: int | None = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
-    stop: list[str] = field(default_factory=list, metadata={"help": "stop at any of these strings", "metavar": "TEXT"})
-
-    def __post_init__(self):
-        if isinstance(self.stop, str):
-            raise InputError("stop must be a list of strings, e.g. stop=[\"\\n\"]")
-        self.stop = list(self.stop)
-        if self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise InputError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise InputError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:

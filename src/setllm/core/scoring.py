@@ -67,25 +67,8 @@ from .kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
 from .masks import TokenLayout
 from .owner import active_adapters
 from .runtime import forward, uses_flex
+from .values import OptionScore  # its home is torch-free; exported here as before
 from .variants import Variant
-
-
-@dataclass(frozen=True)
-class OptionScore:
-    """Log-likelihood of one option as the response.
-
-    Attributes:
-        text: the option.
-        logprob: sum of token log-probabilities.
-        mean_logprob: ``logprob / n_tokens``, comparable across options of different length.
-        n_tokens: number of tokens of the option.
-    """
-
-    text: str
-    logprob: float
-    mean_logprob: float
-    n_tokens: int
-
 
 # The fixed shapes of every scoring forward (see the module docstring). One block size per
 # device type, still a fixed shape there: 64 rows run a CPU at full speed; a GPU needs larger

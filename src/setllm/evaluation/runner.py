@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.fingerprint import weights_fingerprint
-from ..core.scoring import OptionScore
+from ..core.values import OptionScore
 from ..errors import InputError, SetLLMError
 from ..io import rundir
 from ..io.records import MCRecord

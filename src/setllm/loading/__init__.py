@@ -11,44 +11,27 @@ base model, a hub id while the hub is offline or unreachable.
 
 One module per concern: ``sources`` (name or path -> a folder transformers loads: a small
 registry), ``convert`` (GGUF -> safetensors, once, in the cache), ``checks`` (weights files
-refused up front), ``hub`` (whether the hub can serve a name now), ``adapters`` (what an
-adapter records, its base model, PEFT loading, portable copies), ``model`` (the loader),
-``quiet`` (library noise hidden while loading).
+refused up front), ``hub`` (whether the hub can serve a name now), ``record`` (what an
+adapter records in ``setllm.json``), ``adapters`` (its base model, PEFT loading, portable
+copies), ``model`` (the loader), ``quiet`` (library noise hidden while loading).
 """
 
 from __future__ import annotations
 
 from ..errors import ModelLoadError
-from .adapters import (
-    METADATA_FILE,
-    AdapterInfo,
-    Origin,
-    check_adapter,
-    check_adapter_base,
-    load_adapter,
-    make_adapter_portable,
-    portable_base,
-    recorded_base,
-    same_base,
-)
-from .checks import check_model_files, check_safetensors, safetensors_problem
-from .convert import cache_dir, convert_gguf, converted_problem
-from .hub import hub_problem
-from .model import load_model
-from .quiet import quiet_loading
-from .sources import (
-    DEFAULT_MODEL,
-    EMBEDDED_HUB_ID,
-    canonical_name,
-    embedded_gguf,
-    embedded_model_dir,
-    gguf_model_dir,
-    resolve,
-)
+from ..lazy import exports
 
-__all__ = [
-    "DEFAULT_MODEL", "EMBEDDED_HUB_ID", "METADATA_FILE", "AdapterInfo", "ModelLoadError", "Origin", "cache_dir", "canonical_name",
-    "check_adapter", "check_adapter_base", "check_model_files", "check_safetensors", "convert_gguf", "converted_problem",
-    "embedded_gguf", "embedded_model_dir", "gguf_model_dir", "hub_problem", "load_adapter", "load_model", "make_adapter_portable",
-    "portable_base", "quiet_loading", "recorded_base", "resolve", "same_base", "safetensors_problem",
-]
+# Imported on first use: the verbs and the server's request bodies read what an adapter
+# records (:mod:`.record`), and the tasks ask the hub (:mod:`.hub`), without torch.
+__all__, __getattr__, __dir__ = exports(__name__, {
+    "adapters": ["Origin", "check_adapter", "check_adapter_base", "load_adapter", "make_adapter_portable", "portable_base", "recorded_base",
+                 "same_base"],
+    "checks": ["check_model_files", "check_safetensors", "safetensors_problem"],
+    "convert": ["cache_dir", "convert_gguf", "converted_problem"],
+    "hub": ["hub_problem"],
+    "model": ["load_model"],
+    "quiet": ["quiet_loading"],
+    "record": ["METADATA_FILE", "AdapterInfo"],
+    "sources": ["DEFAULT_MODEL", "EMBEDDED_HUB_ID", "canonical_name", "embedded_gguf", "embedded_model_dir", "gguf_model_dir", "resolve"],
+})
+__all__ += ["ModelLoadError"]

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from .. import __version__
 from ..errors import SetLLMError
-from . import auth, openai, page, warned
+from . import auth, page, warned
 from .config import ServeConfig
 from .errors import (
     ApiError,
@@ -30,13 +30,14 @@ from .errors import (
     as_api_error,
     one_line,
 )
-from .routes import router
+from .routes import ROUTERS
 from .service import Service
 
 MAX_BODY_BYTES = 1 << 20  # a request body past 1 MiB is refused before it is read
 ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
-KNOWN_PATHS = frozenset(r.path for r in (*router.routes, *openai.router.routes))
-ROUTES = ", ".join(f"{m} {r.path}" for r in (*router.routes, *openai.router.routes, *page.router.routes) for m in sorted(r.methods))
+API_ROUTES = tuple(r for router in ROUTERS for r in router.routes)
+KNOWN_PATHS = frozenset(r.path for r in API_ROUTES)
+ROUTES = ", ".join(f"{m} {r.path}" for r in (*API_ROUTES, *page.router.routes) for m in sorted(r.methods))
 CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's own x-request-id, kept where it is this plain
 log = logging.getLogger("setllm.serve")
 
@@ -61,9 +62,8 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=No
     app = FastAPI(title="setllm serve", version=__version__, lifespan=lifespan,
                   description="An order-invariant model behind HTTP: options and set elements are read as sets.")
     app.state.service = service
-    app.include_router(router)
-    app.include_router(openai.router)
-    app.include_router(page.router)
+    for router in (*ROUTERS, page.router):
+        app.include_router(router)
     _install_error_handlers(app)
     app.middleware("http")(_track)
     return app

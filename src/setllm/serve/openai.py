@@ -18,10 +18,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ..core.generation import GenerationConfig
+from ..core.prompt import SetPrompt, as_prompt
+from ..core.values import GenerationConfig
+from . import declare
 from .errors import BadRequest
 from .schemas import ERRORS, SEED_MAX, stop_form
-from .service import Service, parse_prompt
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
@@ -181,6 +182,7 @@ CHAT_UNSUPPORTED = {**UNSUPPORTED,
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
+@declare.prompts(lambda d: [p for p in _prompt_list(d["prompt"]) if isinstance(p, SetPrompt)])  # token ids hold no set
 async def completions(body: CompletionRequest, request: Request, response: Response) -> CompletionResponse | StreamingResponse:
     """OpenAI-compatible text completion (the legacy API, with ``echo`` and ``logprobs``);
     a text prompt may carry setllm markup, token ids are read as plain text. ``stream``:
@@ -203,6 +205,7 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
 
 
 @router.post("/v1/chat/completions", response_model=ChatResponse, responses=ERRORS)
+@declare.no_documents  # chat messages are text, no set
 async def chat_completions(body: ChatRequest, request: Request, response: Response) -> ChatResponse | StreamingResponse:
     """OpenAI-compatible chat: the model's chat template around the messages; ``{{a||b}}``
     markup in a message makes a set (the template's own tokens are never inside one).
@@ -322,11 +325,12 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
 
 
 @router.post("/v1/responses", response_model=None, responses=ERRORS)
+@declare.no_documents  # its input is text, no set
 async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
     """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
     messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
     ``response.incomplete`` when ``max_output_tokens`` ran out) last. No tools, no stored state."""
-    service: Service = request.app.state.service
+    service = request.app.state.service
     _name_ignored(body, response)
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
@@ -466,7 +470,7 @@ def _refuse_unsupported(body, fields: dict) -> None:
 def _prompt_list(prompt) -> list:
     """One entry per prompt: markup text (a set prompt) or a tuple of token ids."""
     if isinstance(prompt, str):
-        return [parse_prompt(prompt)]
+        return [as_prompt(prompt)]
     if prompt and isinstance(prompt[0], int):
         return [tuple(prompt)]
-    return [tuple(p) if isinstance(p, list) else parse_prompt(p) for p in prompt]
+    return [tuple(p) if isinstance(p, list) else as_prompt(p) for p in prompt]

@@ -3,16 +3,24 @@ and the server's (``/health``, ``/metrics``); the OpenAI-compatible ones are in 
 Each parses its body (pydantic), asks the :class:`Service`, and shapes the answer; errors
 are raised and become ``{"error": ...}`` in :mod:`.app`.
 
-Adding an endpoint: a schema in :mod:`.schemas`, a method on the :class:`Service`, and a
-handler here (``/v1/judge`` is the smallest example).
+Adding an endpoint: its request and response bodies in :mod:`.schemas`, and its handler here
+(``/v1/judge`` is the smallest example) declaring, under its ``@router.post``, what its body
+holds for the document cache (:mod:`.declare`: the prompts it is read as, or none): all that
+``--replicas`` needs to route it. A method on the :class:`Service` only where the handler asks
+the model what no method asks yet (``score`` and ``generate`` queue, batch and bound any prompt).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from ..core.generation import GenerationConfig
+from .. import verbs
+from ..core.prompt import as_prompt
+from ..core.values import GenerationConfig
+from . import declare, openai
 from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
@@ -28,8 +36,10 @@ from .schemas import (
     ScoreRequest,
     ScoreResponse,
 )
-from .service import Service, parse_prompt
 from .streaming import Chunks, sse, streamed
+
+if TYPE_CHECKING:  # the routes import no torch: the Ray ingress reads their declarations (.declare)
+    from .service import Service
 
 router = APIRouter()
 
@@ -39,6 +49,7 @@ def service_of(request: Request) -> Service:
 
 
 @router.post("/v1/choose", response_model=ChooseResponse, responses=ERRORS)
+@declare.prompts(lambda d: [verbs.choose(d["question"], d["options"], d.get("context")).prompt])  # as Service.choose builds it
 async def choose(body: ChooseRequest, request: Request) -> ChooseResponse:
     """Answer a multiple-choice question; the options are read as a set."""
     options, best, scores = await service_of(request).choose(body.question, body.options, body.context, body.adapter, body.variant)
@@ -46,15 +57,17 @@ async def choose(body: ChooseRequest, request: Request) -> ChooseResponse:
 
 
 @router.post("/v1/score", response_model=ScoreResponse, responses=ERRORS)
+@declare.prompts(lambda d: [as_prompt(d["prompt"])])
 async def score(body: ScoreRequest, request: Request) -> ScoreResponse:
     """Log-likelihood of each option as the response to a set prompt."""
     service = service_of(request)
-    prompt = parse_prompt(body.prompt)
+    prompt = as_prompt(body.prompt)
     scores = await service.score(prompt, service.score_options(prompt, body.options), body.adapter, body.variant)
     return ScoreResponse(scores=scores.logprobs, **service.reading(body.adapter, variant=body.variant))
 
 
 @router.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS)
+@declare.no_documents  # a judge's candidates are responses, read after the instruction
 async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     """Which candidate response is best; no order or label bias (the candidates are a set)."""
     ranking, scores = await service_of(request).judge(body.instruction, body.candidates, body.input, body.readout, body.adapter, body.variant)
@@ -62,11 +75,12 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
 
 
 @router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)
+@declare.prompts(lambda d: [as_prompt(d["prompt"])])
 async def generate(body: GenerateRequest, request: Request) -> GenerateResponse | StreamingResponse:
     """Generate a response to a set prompt (``stream``: its text as it grows)."""
     service = service_of(request)
     config = GenerationConfig(max_new_tokens=body.max_new_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stop)
-    prompt = parse_prompt(body.prompt)
+    prompt = as_prompt(body.prompt)
     if body.stream:
         job = lambda sink: service.generate(prompt, config, adapter=body.adapter, variant=body.variant, stream=sink)  # noqa: E731
         return await streamed([job], _GenerateChunks(service.reading(body.adapter, variant=body.variant)))
@@ -88,6 +102,7 @@ class _GenerateChunks(Chunks):
 
 
 @router.post("/v1/answer", response_model=AnswerResponse, responses=ERRORS)
+@declare.prompts(lambda d: [verbs.answer(d["documents"], d["question"]).prompt])  # as Service.answer builds it
 async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     """Answer a question from documents read as one set (greedy, up to a newline: SetLLM.answer)."""
     service = service_of(request)
@@ -112,3 +127,6 @@ async def metrics(request: Request) -> PlainTextResponse:
     return PlainTextResponse(service.metrics.render(service.gauges()), media_type=CONTENT_TYPE)
 
 
+# Every API router, as the app serves them (:mod:`.app`) and ``--replicas`` reads their
+# declarations (:mod:`.ray.documents`): setllm's own endpoints, then the OpenAI-compatible ones.
+ROUTERS = (router, openai.router)

@@ -1,8 +1,8 @@
 """What the endpoints ask of the model, as coroutines: checked jobs in, results out.
 
 A new endpoint (a judge, say) is a schema in :mod:`.schemas` and a few lines in
-:mod:`.routes` calling :meth:`Service.score` or :meth:`Service.generate`; queueing,
-batching, limits and metrics come with them.
+:mod:`.routes` calling :meth:`Service.score` or :meth:`Service.generate` (its declaration for
+``--replicas`` with them: :mod:`.declare`); queueing, batching, limits and metrics come with them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from .. import verbs
 from ..api import DOCUMENTS
 from ..core import doccache
 from ..core.chat import chat_prompt
-from ..core.generation import GenerationConfig
-from ..core.prompt import SetPrompt, as_prompt, parse_markup
+from ..core.prompt import SetPrompt
+from ..core.values import GenerationConfig
 from ..loading import Origin
 from ..policy import verdict
 from ..readouts import get_readout, trained_readout
@@ -296,6 +296,3 @@ class Service:
                 "setllm_document_cache_disk_max_bytes": ("The folder's bound in bytes (--cache-dir-mb).", lambda: stat().disk_max_bytes)}
 
 
-def parse_prompt(value: str | list) -> SetPrompt:
-    """A prompt from a request: markup text, or the JSON list form."""
-    return parse_markup(value) if isinstance(value, str) else as_prompt(value)

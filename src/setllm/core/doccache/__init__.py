@@ -46,14 +46,17 @@ With a folder, pieces are also kept on disk (:mod:`.tier`).
 One job a module: :mod:`.store` (the memory store, one per model's weights), :mod:`.tier` (the
 disk tier), :mod:`.keys` (what names a piece), :mod:`.reading` (a prompt read through the
 store), :mod:`.attention` (a question's attention over the pieces where they lie),
-:mod:`.options` (a command's cache flags).
+:mod:`.options` (a command's cache flags), :mod:`.sizes` (its bounds in MB).
 """
 
-from .keys import PieceKey, ReadingKey, reading_key
-from .options import CacheOptions, reuse_line
-from .reading import generate, prefill, read_options, score, unusable, variant_problem
-from .store import DEFAULT_DISK_MB, DEFAULT_MB, CacheStats, DocumentCache, attach, for_reading, forget, megabytes, of, on_by_default, share
+from ...lazy import exports
 
-__all__ = ["DEFAULT_DISK_MB", "DEFAULT_MB", "CacheOptions", "CacheStats", "DocumentCache", "PieceKey", "ReadingKey", "attach",
-           "for_reading", "forget", "generate", "megabytes", "of", "on_by_default", "prefill", "read_options", "reading_key", "reuse_line", "score",
-           "share", "unusable", "variant_problem"]
+# Imported on first use: the server's config checks its cache flags (:mod:`.options`,
+# :mod:`.sizes`) without torch, which the store and the readings need.
+__all__, __getattr__, __dir__ = exports(__name__, {
+    "keys": ["PieceKey", "ReadingKey", "reading_key"],
+    "options": ["CacheOptions", "reuse_line"],
+    "reading": ["generate", "prefill", "read_options", "score", "unusable", "variant_problem"],
+    "sizes": ["DEFAULT_DISK_MB", "DEFAULT_MB", "megabytes"],
+    "store": ["CacheStats", "DocumentCache", "attach", "for_reading", "forget", "of", "on_by_default", "share"],
+})

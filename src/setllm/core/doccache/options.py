@@ -5,9 +5,13 @@ prints on what the cache reused."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...errors import InputError
-from .store import DEFAULT_DISK_MB, DEFAULT_MB, CacheStats, megabytes
+from .sizes import DEFAULT_DISK_MB, DEFAULT_MB, megabytes
+
+if TYPE_CHECKING:  # the store imports torch; the server's config and the Ray ingress read these flags without it
+    from .store import CacheStats
 
 
 @dataclass

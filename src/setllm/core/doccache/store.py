@@ -8,7 +8,6 @@ Shapes: a piece's keys and values are one ``(k [1, Hkv, n, d], v)`` pair per lay
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -21,13 +20,10 @@ import torch
 from ...errors import InputError
 from ..owner import UNSET, owner
 from .keys import PieceKey
+from .sizes import DEFAULT_DISK_MB, DEFAULT_MB, megabytes
 from .tier import DiskTier
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-DEFAULT_MB = 512.0  # the memory cache's size when none is asked for: ~11,000 tokens of the embedded model's keys and values
-DEFAULT_DISK_MB = 2048.0  # the disk tier's bound when a folder is given without one
 
 
 @dataclass(frozen=True)
@@ -61,13 +57,6 @@ class CacheStats:
         """An estimate of the seconds the hits saved: their tokens at the rate the misses
         were computed (0 before any miss)."""
         return self.reused_tokens * self.computed_s / self.computed_tokens if self.computed_tokens else 0.0
-
-
-def megabytes(name: str, value) -> float:
-    """``value`` checked as a size in MB (a number >= 0; 0: off)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(f"{name} must be a number of megabytes >= 0 (0: off), got {value!r}")
-    return float(value)
 
 
 class DocumentCache:

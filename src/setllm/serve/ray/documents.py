@@ -2,41 +2,20 @@
 its route and JSON body as the server will read it (without a tokenizer: the router runs
 this for every request). A body that does not parse has none; the replica answers its 4xx.
 
-:data:`PROMPTS` declares, per route, the prompts its body is read as, each built by what the
-route itself calls (the verbs of :mod:`setllm.verbs`, the service's :func:`parse_prompt`),
-never a copy of them. A route not named here goes by load; a new route that reads documents
-is one line here, and ``tests/serve/test_ray_routes.py`` fails until it has that line (or is
-named in :data:`BY_LOAD`)."""
+How a route's body becomes its prompts is what its handler declares (:mod:`..declare`),
+read here from the server's own routers: a route without documents goes by load, and a new
+route needs nothing here."""
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable
-from typing import Any
 
-from ... import verbs
 from ...core.dockeys import document_keys
-from ...core.prompt import SetPrompt, parse_markup
-from ..service import parse_prompt
+from ..declare import reads
+from ..routes import ROUTERS
 
-
-def _completions(data: dict[str, Any]) -> list[SetPrompt]:
-    prompt = data["prompt"]  # one text or several, each read as markup (token ids: none)
-    return [parse_markup(p) for p in ([prompt] if isinstance(prompt, str) else prompt) if isinstance(p, str)]
-
-
-PROMPTS: dict[str, Callable[[dict[str, Any]], list[SetPrompt]]] = {  # route -> the prompts its body is read as
-    "/v1/answer": lambda d: [verbs.answer(d["documents"], d["question"]).prompt],
-    "/v1/choose": lambda d: [verbs.choose(d["question"], d["options"], d.get("context")).prompt],
-    "/v1/score": lambda d: [parse_prompt(d["prompt"])],
-    "/v1/generate": lambda d: [parse_prompt(d["prompt"])],
-    "/v1/completions": _completions,
-}
-# Routes whose requests go by load: their prompts hold no documents a cache keeps (a judge's
-# candidates are responses, read after the instruction; chat messages and responses' input are
-# text, no set).
-BY_LOAD = ("/v1/judge", "/v1/chat/completions", "/v1/responses")
+PROMPTS = reads(ROUTERS)  # route -> the prompts its body is read as
 
 
 def request_documents(path: str, body: bytes) -> list[str]:

@@ -1,0 +1,83 @@
+"""What a trained model or adapter records in ``setllm.json`` (:class:`AdapterInfo`): what it
+was trained as. Plain data, no torch: the judge's readouts (:mod:`setllm.readouts`) and the
+verbs read it without loading a model; :mod:`.adapters` checks and loads the adapter itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.variants import DEFAULT_VARIANT, VARIANTS
+from ..errors import ModelLoadError, SetLLMWarning
+
+METADATA_FILE = "setllm.json"
+
+
+# The judge readouts a setllm.json may record (setllm.readouts defines them, and checks that
+# it defines exactly these: a record is read long before, and far below, the judge).
+READOUT_NAMES = ("likelihood", "mean", "pmi", "verdict")
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What a trained model or adapter records in ``setllm.json``: what it was trained as.
+
+    Attributes:
+        base_model: the model the adapter was trained on.
+        variant: the variant (mask + positions) it was trained under.
+        template: the prompt template of its training data.
+        chat: whether prompts were wrapped in the chat template.
+        eos: whether responses ended with EOS (then options are scored as text + EOS).
+        readout: the judge readout it was trained to be read with (``--objective preference``
+            trains the ``mean`` readout); None: the default.
+    """
+
+    base_model: str | None = None
+    variant: str | None = None
+    template: str | None = None
+    chat: bool = False
+    eos: bool = True  # every setllm version trained with EOS; older files lack the key
+    readout: str | None = None
+
+    @classmethod
+    def read(cls, adapter_dir: str | Path) -> AdapterInfo:
+        path = Path(adapter_dir) / METADATA_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos", "readout") if k in data})
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            raise ModelLoadError(f"{path}: not a valid setllm.json ({str(e).splitlines()[0]})") from None
+        if info.variant is not None and info.variant not in VARIANTS:
+            raise ModelLoadError(f"{path}: unknown variant {info.variant!r}")
+        if info.readout is not None and info.readout not in READOUT_NAMES:
+            raise ModelLoadError(f"{path}: unknown readout {info.readout!r} (known: {', '.join(READOUT_NAMES)})")
+        return info
+
+    def write(self, adapter_dir: str | Path, **extra) -> None:
+        payload = {k: v for k, v in dataclasses.asdict(self).items() if not (k == "readout" and v is None)} | extra
+        (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+    def check_template(self, asked: str) -> None:
+        """Warn when prompts are read with another template than the training data's."""
+        if self.template is not None and asked != self.template:
+            warnings.warn(f"the model was trained with template={self.template}; reading it with template={asked} as asked",
+                          SetLLMWarning, stacklevel=2)
+
+    def reading(self, variant: str | None = None, chat: bool | None = None, eos: bool | None = None) -> dict:
+        """How to read prompts for this model: what it was trained as, unless the caller
+        asks otherwise (allowed, with a warning naming both)."""
+        asked = {"variant": variant, "chat": chat, "eos": eos}
+        recorded = {"variant": self.variant, "chat": self.chat if self.variant else None, "eos": self.eos if self.variant else None}
+        for key, value in asked.items():
+            if value is not None and recorded[key] is not None and value != recorded[key]:
+                warnings.warn(f"the model was trained with {key}={recorded[key]}; reading it with {key}={value} as asked",
+                              SetLLMWarning, stacklevel=3)
+        out = {k: asked[k] if asked[k] is not None else recorded[k] for k in asked}
+        return {"variant": out["variant"] or DEFAULT_VARIANT, "chat": bool(out["chat"]), "eos": True if out["eos"] is None else out["eos"]}
