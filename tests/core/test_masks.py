@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from setllm.core.encoding import EncodedPrompt, sbp_positions, setpe_positions
-from setllm.core.masks import TokenLayout, render, variant_mask
+from setllm.core.masks import TokenLayout, variant_mask
+from setllm.core.renderers import RENDERERS, MaskSpec, render
 
 LAYOUT = TokenLayout(
     valid=torch.tensor([[1, 1, 1, 1, 1, 1]], dtype=torch.bool),
@@ -39,17 +40,31 @@ def literal(kind):
     return torch.tensor(EXPECTED[kind], dtype=torch.bool).view(1, 1, 6, 6)
 
 
-@pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
-def test_sdpa_bool_mask(kind):
-    got = render(variant_mask(kind, LAYOUT), "sdpa", 1, 6, 6)
-    assert got.dtype == torch.bool and torch.equal(got, literal(kind))
+def allowed_by(backend: str, spec: MaskSpec) -> torch.Tensor:
+    """What ``backend``'s rendering of ``spec`` allows, ``[B, 1, Q, K]`` bool, read off the
+    form the backend takes: a bool mask as it is, an additive one where it adds 0 (and only
+    0 or -inf), a BlockMask by its own predicate on every pair (as flex evaluates it)."""
+    got = render(backend, spec, torch.float32)
+    if isinstance(got, torch.Tensor) and got.dtype == torch.bool:
+        return got
+    if isinstance(got, torch.Tensor):
+        assert set(got.unique().tolist()) <= {0.0, float("-inf")}
+        return got == 0
+    batch, kv_len = spec.layout.shape
+    z = torch.tensor(0)
+    return torch.tensor([[[[bool(got.mask_mod(torch.tensor(b), z, torch.tensor(q), torch.tensor(k))) for k in range(kv_len)]
+                           for q in range(spec.q_len)]] for b in range(batch)])
 
 
+@pytest.mark.parametrize("backend", list(RENDERERS))
 @pytest.mark.parametrize("kind", ["causal", "prefix", "setmask", "sbp"])
-def test_eager_additive_mask(kind):
-    got = render(variant_mask(kind, LAYOUT), "eager", 1, 6, 6, dtype=torch.float32)
-    expected = torch.where(literal(kind), 0.0, float("-inf"))  # the one additive form (masks.additive): no row is empty
-    assert got.dtype == torch.float32 and torch.equal(got, expected)
+def test_every_backend_renders_what_the_predicate_allows(backend, kind):
+    assert torch.equal(allowed_by(backend, MaskSpec(kind, LAYOUT, 6)), literal(kind))
+
+
+def test_eager_and_sdpa_read_the_one_additive_form():
+    got = render("sdpa", MaskSpec("setmask", LAYOUT, 6), torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, render("eager", MaskSpec("setmask", LAYOUT, 6), torch.bfloat16))
 
 
 # Window 2 counted in SetPE positions (Q=0, a1=1, a2=2, b1=1, A=3, R=4): |dpos| < 2.
@@ -62,23 +77,22 @@ WINDOWED_SETMASK = [[1, 1, 0, 1, 0, 0],  # Q (0) sees a1 (1), b1 (1); not a2 (2)
 
 
 def test_a_window_counts_positions_so_elements_are_cut_alike():
-    got = render(variant_mask("setmask", LAYOUT, window=2), "sdpa", 1, 6, 6)[0, 0]
+    got = MaskSpec("setmask", LAYOUT, 6, window=2).allowed()[0, 0]
     assert got.int().tolist() == WINDOWED_SETMASK
     # a1 and b1 stand at the same position: every token outside the set sees both or neither.
     assert torch.equal(got[[0, 4, 5]][:, 1], got[[0, 4, 5]][:, 3])
     # Under the causal mask it is the one-sided window transformers applies (kv > q - window).
-    causal = render(variant_mask("causal", LAYOUT, window=2), "sdpa", 1, 6, 6)[0, 0]
+    causal = MaskSpec("causal", LAYOUT, 6, window=2).allowed()[0, 0]
     pos = LAYOUT.positions[0]
     want = [[int(k <= q and pos[q] - pos[k] < 2) for k in range(6)] for q in range(6)]
     assert causal.int().tolist() == want
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("backend", list(RENDERERS))
 def test_query_offset_renders_the_last_rows(backend):
     """With a cache, only the new queries are rendered: the same rows of the full mask."""
-    fn = variant_mask("setmask", LAYOUT)
-    full = render(fn, backend, 1, 6, 6)
-    assert torch.equal(render(fn, backend, 1, 2, 6, q_offset=4), full[:, :, 4:])
+    full = allowed_by(backend, MaskSpec("setmask", LAYOUT, 6, window=2))
+    assert torch.equal(allowed_by(backend, MaskSpec("setmask", LAYOUT, 2, window=2)), full[:, :, 4:])
 
 
 def test_padding_is_never_attended_and_pad_rows_are_not_empty():
@@ -86,7 +100,7 @@ def test_padding_is_never_attended_and_pad_rows_are_not_empty():
     pad = lambda t, v: torch.cat([torch.full((1, 2), v, dtype=t.dtype), t], 1)  # noqa: E731
     layout = TokenLayout(pad(LAYOUT.valid, False), pad(LAYOUT.is_prompt, False), pad(LAYOUT.set_ids, -1), pad(LAYOUT.element_ids, -1),
                          pad(LAYOUT.positions, 0))
-    got = render(variant_mask("setmask", layout), "sdpa", 1, 8, 8)[0, 0]
+    got = MaskSpec("setmask", layout, 8).allowed()[0, 0]
     assert torch.equal(got[2:, 2:], literal("setmask")[0, 0])
     assert not got[2:, :2].any()  # real tokens never see padding
     assert torch.equal(got[:2, :2], torch.eye(2, dtype=torch.bool))  # pads see only themselves

@@ -189,8 +189,8 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
 
     assert load_options.LONG_PROMPT_TOKENS == runtime.FLEX_FROM["cpu"]  # the --help text says the real threshold
     backends = []
-    real = runtime._render
-    monkeypatch.setattr(runtime, "_render", lambda variant, layout, window, impl, *a: backends.append(impl) or real(variant, layout, window, impl, *a))
+    real = runtime.render
+    monkeypatch.setattr(runtime, "render", lambda impl, *a: backends.append(impl) or real(impl, *a))
     monkeypatch.setitem(runtime.FLEX_FROM, "cpu", 100)
     auto = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe")  # attn_implementation="auto"
     sdpa = SetLLM.from_pretrained(model_dir, adapter=None, variant="setmask-setpe", attn_implementation="sdpa")
@@ -214,9 +214,9 @@ def test_decoding_renders_one_mask_row_per_step(sharp, monkeypatch):
     shapes = []
     real = runtime.render
 
-    def spy(fn, backend, batch, q_len, kv_len, *a, **k):
-        shapes.append((q_len, kv_len))
-        return real(fn, backend, batch, q_len, kv_len, *a, **k)
+    def spy(backend, spec, *a):
+        shapes.append((spec.q_len, spec.layout.shape[1]))
+        return real(backend, spec, *a)
 
     monkeypatch.setattr(runtime, "render", spy)
     record = docs.parse_row(gen.kv_retrieval(pairs=20, n=1, seed=1, key_length=6, value_length=6)[0], "x")

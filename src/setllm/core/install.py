@@ -80,24 +80,16 @@ def register(own: str) -> str:
 
     name = PREFIX + own
     if name not in ALL_ATTENTION_FUNCTIONS._global_mapping:
-        if own == "eager":
-            fallback = None  # the model's own eager function (each model defines one)
-        else:
-            fallback = ALL_ATTENTION_FUNCTIONS[own]
-        AttentionInterface.register(name, _dispatching(fallback))
+        AttentionInterface.register(name, _dispatching(_named(own)))
         if own in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
             AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[own])
     return name
 
 
-def _dispatching(fallback):
+def _dispatching(own: Callable):
     def dispatch(module, *args, **kwargs):
         chosen = _ATTENTION.get()
-        if chosen is not None:
-            return chosen(module, *args, **kwargs)
-        if fallback is None:
-            return _model_eager(module)(module, *args, **kwargs)
-        return fallback(module, *args, **kwargs)
+        return (own if chosen is None else chosen)(module, *args, **kwargs)
 
     return dispatch
 
@@ -135,7 +127,8 @@ def planned_attention(model, fn: Callable, plan_var: contextvars.ContextVar, pla
 
 
 def _named(name: str) -> Callable:
-    if name == "eager":
+    """The attention function of transformers implementation ``name``."""
+    if name == "eager":  # no global one: each model file defines its own
         return lambda module, *a, **k: _model_eager(module)(module, *a, **k)
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 

@@ -1,4 +1,5 @@
-"""Attention masks as composable predicates, rendered for each attention backend.
+"""Attention masks as composable predicates; each backend's renderer is found in
+:data:`setllm.core.renderers.RENDERERS`.
 
 Shapes: B batch, H heads, Q query tokens, K key tokens (cache + new).
 A mask function is ``fn(b, h, q, kv) -> bool`` on index tensors that broadcast
@@ -33,7 +34,6 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import InputError
 from .variants import MaskKind
 
 MaskFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -143,10 +143,11 @@ class MaskParts(NamedTuple):
 
 
 # Each mask kind, defined once, by its parts. :func:`variant_mask` composes them; flex attention
-# folds the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`); the
+# folds the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`), and
+# every backend renders from one of these two (:data:`setllm.core.renderers.RENDERERS`); the
 # document cache reads a kind whose elements are apart and whose prompt is causal (an element
 # then depends on nothing after it); element blocks split a bidirectional prompt whose elements
-# are apart. A new kind is one line here (and its name in :data:`setllm.core.variants.MaskKind`).
+# are apart. A new kind is one line here (and its name and label in :mod:`setllm.core.variants`).
 MASK_KINDS: dict[MaskKind, MaskParts] = {
     "causal": MaskParts(bidirectional=False, sets_apart=False),
     "prefix": MaskParts(bidirectional=True, sets_apart=False),
@@ -175,7 +176,7 @@ def variant_mask(kind: MaskKind, layout: TokenLayout, window: int | None = None)
 
 
 def render_bool(fn: MaskFn, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None) -> torch.Tensor:
-    """Dense boolean mask ``[B, 1, Q, K]`` (True = attend), as sdpa takes it."""
+    """Dense boolean mask ``[B, 1, Q, K]`` (True = attend): ``fn`` on every (query, key) pair."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
     h = torch.zeros(1, dtype=torch.long, device=device).view(1, 1, 1, 1)
     q = (torch.arange(q_len, device=device) + q_offset).view(1, 1, -1, 1)
@@ -189,20 +190,3 @@ def additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
     sdpa makes of a bool mask at every layer. The one conversion; no row is empty
     (:func:`padding_mask`), so -inf never makes a NaN."""
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
-
-
-# Dense renderers by attention implementation: the bool mask, then the form the backend takes.
-# Flex attention takes its masks from setllm.core.flex (one compiled predicate reading the kind
-# folded into the layout); a packed forward's blocks from setllm.core.packed_attention.
-DENSE_FORMS: dict[str, Callable[[torch.Tensor, torch.dtype], torch.Tensor]] = {
-    "sdpa": lambda allowed, dtype: allowed,
-    "eager": additive,
-}
-
-
-def render(fn: MaskFn, backend: str, batch: int, q_len: int, kv_len: int, q_offset: int = 0, device=None, dtype=torch.float32):
-    """Render a predicate for a dense attention implementation (:data:`DENSE_FORMS`)."""
-    form = DENSE_FORMS.get(backend)
-    if form is None:
-        raise InputError(f"attention implementation {backend!r} renders no dense mask; use {' or '.join(DENSE_FORMS)}")
-    return form(render_bool(fn, batch, q_len, kv_len, q_offset, device), dtype)

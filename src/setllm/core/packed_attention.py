@@ -5,7 +5,8 @@ attention works token by token, so their tokens are packed into one row of real 
 only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.core.scoring`).
 Attention is the one place where tokens meet: :func:`block_attention` runs each request
 on a block of its own, its queries and keys gathered out of the packed row and padded to a
-shape fixed by the request alone (:class:`AttentionBlock`), with the request's own mask. Requests whose
+shape fixed by the request alone (:class:`AttentionBlock`), with the request's own mask (rendered
+by :data:`setllm.core.renderers.RENDERERS`: ``packed``, or ``flex_attention`` below). Requests whose
 blocks have the same shape are stacked into one attention call; a block's result does not
 depend on the others stacked with it, as a row of a fixed-shape product does not.
 
@@ -29,7 +30,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import flex, install
-from .masks import TokenLayout, additive, render_bool, variant_mask
+from .masks import TokenLayout, additive
+from .renderers import MaskSpec, render
 from .variants import MaskKind
 
 PAD = -1  # a gathered position that is padding (reads packed row 0, masked or never read)
@@ -149,8 +151,8 @@ class _Group:
         """The flex BlockMask of this one-block group, built once per forward (every layer shares it)."""
         if sliding not in self.on_device:
             f = self.flex
-            layout = flex.FlexLayout.of(f.kind, f.layout.to(device), f.window if sliding else None)
-            self.on_device[sliding] = flex.block_mask(layout, self.queries.shape[1], self.keys.shape[1])
+            spec = MaskSpec(f.kind, f.layout.to(device), self.queries.shape[1], f.window if sliding else None)
+            self.on_device[sliding] = render("flex_attention", spec)
         return self.on_device[sliding]
 
 
@@ -203,12 +205,11 @@ def _render_group(masks: Sequence[DenseMask], q_len: int) -> tuple[torch.Tensor,
         layout = TokenLayout(*(torch.cat(f) for f in zip(*(m.layout._fields() for m in masks))))  # [G, K]
     else:  # fields in lists: one tensor per field for the group
         layout = TokenLayout(*(torch.tensor(f) for f in zip(*(m.layout for m in masks))))
-    n = layout.shape[1]
 
-    def render(w):
-        return render_bool(variant_mask(first.kind, layout, w), len(masks), q_len, n, q_offset=n - q_len)
+    def rendered(w):
+        return render("packed", MaskSpec(first.kind, layout, q_len, w))
 
-    return render(None), render(first.window) if first.window is not None else None
+    return rendered(None), rendered(first.window) if first.window is not None else None
 
 
 _PLAN: contextvars.ContextVar[Plan] = contextvars.ContextVar("setllm_attention_plan")

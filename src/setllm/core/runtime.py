@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import torch
-
 from . import install
 from .families import default_attention
 from .fit import check_length, layer_windows
-from .flex import configure_compiler
 from .kvcache import cache_kwarg
-from .masks import TokenLayout, additive, render, variant_mask
+from .masks import TokenLayout
 from .owner import owner, weights
+from .renderers import MaskSpec, render
 from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
 
 
@@ -32,7 +30,7 @@ def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int, imp
     where layers differ in their window."""
     layout = layout.to(model.device)
     impl = impl or install.own_attention(model.config)
-    return _per_layer_type(model, lambda w: _render(variant, layout, w, impl, q_len, model))
+    return _per_layer_type(model, lambda w: render(impl, MaskSpec(variant.mask, layout, q_len, w), model.dtype))
 
 
 def _per_layer_type(model, render_for):
@@ -45,32 +43,12 @@ def _per_layer_type(model, render_for):
     return {kind: rendered[w] for kind, w in windows.items()}
 
 
-def _render(variant: Variant, layout: TokenLayout, window: int | None, impl: str, q_len: int, model):
-    batch, kv_len = layout.shape
-    if impl == "flex_attention":  # one predicate for every variant: compiled once per shape (core/flex.py)
-        from .flex import FlexLayout, block_mask
-
-        return block_mask(FlexLayout.of(variant.mask, layout, window, kv_len - q_len), q_len, kv_len)
-    return _sdpa_ready(render(variant_mask(variant.mask, layout, window), impl, batch, q_len, kv_len, q_offset=kv_len - q_len,
-                              device=model.device, dtype=model.dtype), model.dtype)
-
-
-def _sdpa_ready(mask, dtype):
-    """A bool mask as sdpa would make it at every layer (0 / -inf in the model's dtype), made
-    once per forward: the same additive values, so the same attention, with 3 ops fewer per layer."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        return mask
-    return additive(mask, dtype)
-
-
 def forward(model, variant: Variant, input_ids, position_ids, layout: TokenLayout, cache=None, logits_to_keep: int = 0):
     """Run the model on ``input_ids [B, Q]`` given ``layout [B, K]`` (K = cache + Q)."""
     check_length(model.config, layout.shape[1], int(position_ids.max()) + 1)
     install.install(model)
     cached = layout.shape[1] > input_ids.shape[1]
     impl = forward_attention(model, 0 if cached else input_ids.shape[1])
-    if impl == "flex_attention":
-        configure_compiler(model.device.type)  # once per process (static shapes on a CPU), never per call
     with install.attention(None if impl == install.own_attention(model.config) else impl):
         mask = attention_mask(model, variant, layout, input_ids.shape[1], impl)
         device = model.device
@@ -89,8 +67,8 @@ def step(model, input_ids, position_ids, layout: TokenLayout, cache):
     token of ``layout [B, K]`` (K includes the new one). A response token sees every real
     token before it (within the window), whatever the variant: that is what
     :func:`setllm.core.masks.variant_mask` gives its row under every mask kind, so the mask is
-    drawn from validity and positions alone, on the device, with no set machinery, and no
-    value goes back to the host. The caller checks the length once, before decoding."""
+    the causal kind's row, drawn from validity and positions alone, on the device, with no set
+    machinery, and no value goes back to the host. The caller checks the length once, before decoding."""
     install.install(model)
     impl = step_attention(model)
     with install.attention(None if impl == install.own_attention(model.config) else impl):
@@ -100,12 +78,8 @@ def step(model, input_ids, position_ids, layout: TokenLayout, cache):
 
 
 def _step_mask(model, layout: TokenLayout, impl: str):
-    from .masks import and_masks, padding_mask, window_mask
-
-    batch, kv_len = layout.shape
-    return _per_layer_type(model, lambda w: _sdpa_ready(render(padding_mask(layout) if w is None else and_masks(padding_mask(layout), window_mask(layout, w)),
-                                                               impl, batch, 1, kv_len, q_offset=kv_len - 1, device=layout.valid.device, dtype=model.dtype),
-                                                        model.dtype))
+    # Every kind gives a response row the causal kind's row (see step): no set is read.
+    return _per_layer_type(model, lambda w: render(impl, MaskSpec("causal", layout, 1, w), model.dtype))
 
 
 def use_auto_attention(model) -> None:
@@ -163,9 +137,3 @@ def step_attention(model) -> str:
     single-token queries (torch 2.13), and a few query rows gain nothing from a BlockMask."""
     own = install.own_attention(model.config)
     return default_attention(model.config.model_type, "sdpa") if own == "flex_attention" else own
-
-
-
-
-
-

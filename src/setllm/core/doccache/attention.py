@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import install
-from ..masks import TokenLayout, additive, render_bool, variant_mask
+from ..masks import TokenLayout, additive
+from ..renderers import MaskSpec, render
 from ..variants import MaskKind
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
@@ -91,8 +92,7 @@ class Question:
 
 def _part_masks(qn: Question, sliding: bool, r: int, dtype, device, per_piece: bool) -> list:
     n, t = qn.layout.shape[1], len(qn.rows)
-    fn = variant_mask(qn.kind, qn.layout, qn.window if sliding else None)
-    allowed = render_bool(fn, 1, t, n, q_offset=n - t)[0, 0]  # [t, N]
+    allowed = render("packed", MaskSpec(qn.kind, qn.layout, t, qn.window if sliding else None))[0, 0]  # [t, N], cut per piece below
     spans, at = [], 0
     for piece in qn.pieces if per_piece else ():
         size = piece[0][0].shape[2]
