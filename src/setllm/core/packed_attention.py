@@ -133,18 +133,15 @@ class _Group:
         return self.on_device[key]
 
     def dense_mask(self, sliding: bool, dtype, device) -> torch.Tensor:
-        """This group's mask on ``device``, made once per forward (not once per layer): bool
-        for the eager formula (``dtype`` None), else additive (0 / -inf) in ``dtype``, the form
-        sdpa would make of a bool mask at every layer."""
+        """This group's mask on ``device``, made once per forward (not once per layer): additive
+        (0 / -inf) in ``dtype``, the form sdpa would make of a bool mask at every layer and the
+        one the eager formula adds."""
         key = ("dense", sliding, dtype, str(device))
         if key not in self.on_device:
             mask = self.windowed if sliding else self.mask
             if mask is None:
                 raise RuntimeError("a sliding layer, but the plan has no windowed masks (built for a model without a window?)")
-            mask = mask.to(device)
-            if dtype is not None:
-                mask = additive(mask, dtype)
-            self.on_device[key] = mask
+            self.on_device[key] = additive(mask.to(device), dtype)
         return self.on_device[key]
 
     def block_mask(self, sliding: bool, device):
@@ -250,15 +247,15 @@ def _place(out, og: torch.Tensor, g: _Group, n: int) -> torch.Tensor:
 
 def _attend(q, k, v, g: _Group, sliding: bool, scaling, softcap):
     """``q [G, H, Q, d]`` over ``k, v [G, Hkv, K, d]`` (each key head shared by ``H / Hkv`` query heads)."""
+    mask = g.dense_mask(sliding, q.dtype, q.device)
     if softcap is None:
-        mask = g.dense_mask(sliding, q.dtype, q.device)
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=q.shape[1] != k.shape[1])
-    # Soft-capped logits (Gemma 2) have no sdpa kernel: the eager formula.
+    # Soft-capped logits (Gemma 2) have no sdpa kernel: the eager formula. Adding 0 leaves a
+    # capped (finite) score as it is, adding -inf blocks it: the bits of a masked_fill.
     k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
-    mask = g.dense_mask(sliding, None, q.device)
     scores = (q @ k.transpose(-1, -2)) * (scaling if scaling is not None else q.shape[-1] ** -0.5)
     scores = torch.tanh(scores / softcap) * softcap
-    weights = scores.masked_fill(~mask, float("-inf")).float().softmax(-1).to(q.dtype)
+    weights = (scores + mask).float().softmax(-1).to(q.dtype)
     return weights.nan_to_num(0.0) @ v  # a padding row masks every key: 0, not NaN
 
 
@@ -283,10 +280,10 @@ def capturable(p: Plan) -> bool:
     return all(g.flex is None for g in p.groups)
 
 
-def prime(p: Plan, device, dtype, heads: int, kv_heads: int, n: int, softcap: bool) -> None:
+def prime(p: Plan, device, dtype, heads: int, kv_heads: int, n: int) -> None:
     """Make every device tensor :func:`block_attention` reads under ``p`` for a packed row of
-    ``n`` tokens (``heads`` query heads, ``kv_heads`` key heads), before the forward: both
-    forms of the masks a layer may ask for (sliding where the plan has windowed masks)."""
+    ``n`` tokens (``heads`` query heads, ``kv_heads`` key heads), before the forward: the
+    masks a layer may ask for (sliding where the plan has windowed masks)."""
     p.heads(heads, device)
     p.heads(kv_heads, device)
     for i, g in enumerate(p.groups):
@@ -297,7 +294,7 @@ def prime(p: Plan, device, dtype, heads: int, kv_heads: int, n: int, softcap: bo
         else:
             g.all_rows(n, device)
         for sliding in (False, True) if g.windowed is not None else (False,):
-            g.dense_mask(sliding, None if softcap else dtype, device)
+            g.dense_mask(sliding, dtype, device)
 
 
 def _dicts(p: Plan) -> list[dict]:

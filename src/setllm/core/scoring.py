@@ -357,8 +357,7 @@ def _captured_forward(model, captured: graphs.Graphs, plan, ids, pos, keep, k: i
     device, rows, config = model.device, row_plan(model), model.config.get_text_config()
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    softcap = getattr(config, "attn_logit_softcapping", None) is not None
-    packed_attention.prime(plan, device, model.dtype, heads, kv_heads, len(ids), softcap)
+    packed_attention.prime(plan, device, model.dtype, heads, kv_heads, len(ids))
     inputs = [ids[None].to(device), pos[None].to(device), keep.to(device), *packed_attention.leaves(plan)]
 
     def forward_on(static):  # reads what a call changes from ``static`` alone (graphs' module docstring)
