@@ -10,8 +10,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..errors import ModelLoadError, SetLLMWarning
 from .checks import check_safetensors, first_problem
 from .hub import looks_local
@@ -256,6 +254,8 @@ def one_thread():
     """Merging is ~200 tiny matrix products (rank 8): on a busy CPU, thread hand-offs cost
     far more than the arithmetic (measured with SmolLM2 beside another job: 6.5 s on two
     threads, 0.6 s on one)."""
+    import torch  # here: an adapter's record and checks are read without torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -10,8 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from ..errors import ModelLoadError
 from .checks import first_problem, safetensors_problem
 from .quiet import on_terminal, quiet_loading
@@ -59,6 +57,7 @@ def converted_problem(target: Path) -> str | None:
 
 def convert_gguf(gguf: Path, dest: Path) -> None:
     """Dequantize a GGUF model and save it, with its tokenizer, as safetensors in ``dest``."""
+    import torch  # here, as transformers: where a model's source is named (the CLI's flags, a fleet's launcher) none is needed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:

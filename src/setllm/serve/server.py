@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -22,7 +23,9 @@ from ..core import doccache
 from ..core.variants import get_variant
 from ..errors import InputError
 from .config import ServeConfig
-from .service import Service
+
+if TYPE_CHECKING:  # the app holds it: a fleet's launcher opens its socket here without the model's imports (torch)
+    from .service import Service
 
 ABORT_GRACE_S = 3.0  # after a forced stop: time for the running step to end and its 503 to go out
 
