@@ -48,7 +48,7 @@ def _start_local(cpus: int) -> str:
     import ray
 
     _absolute_pythonpath()  # replicas inherit this process's environment (threads, offline hub, where setllm is)
-    with _out_of_this_group():
+    with _out_of_this_group(), _only_what_serve_needs():
         # "local": a new instance, even where `ray start` left one running here (joining it is --ray-address auto)
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return "a local Ray instance"
@@ -78,6 +78,36 @@ def _out_of_this_group() -> Iterator[None]:
         yield
     finally:
         services.ConsolePopen = popen
+
+
+@contextlib.contextmanager
+def _only_what_serve_needs() -> Iterator[None]:
+    """A local instance without the three processes Ray starts for a cluster and Serve does
+    not use: the dashboard's API server (``ray.init`` waits for it to come up: 1.8 s of a
+    3.8 s start here, even with ``include_dashboard=False``), the autoscaler's monitor (it
+    adds nodes to a cluster; Serve scales replicas itself) and the log monitor (it forwards
+    workers' logs to this process, which ``log_to_driver=False`` declines). Ray 2.60's
+    ``ray.init`` has no switch for them, so its node is told here; a Ray without these hooks
+    starts whole."""
+    from ray._private import node
+
+    start, init = getattr(node.Node, "start_api_server", None), node.Node.__init__
+    if start is None:
+        yield
+        return
+
+    def lean_init(self, ray_params, *args, **kwargs):
+        ray_params.no_monitor, ray_params.include_log_monitor = True, False
+        init(self, ray_params, *args, **kwargs)
+
+    def no_api_server(self, **_) -> None:
+        self._webui_url = None  # as where the dashboard fails to start: the raylet and Serve go on without one
+
+    node.Node.__init__, node.Node.start_api_server = lean_init, no_api_server
+    try:
+        yield
+    finally:
+        node.Node.__init__, node.Node.start_api_server = init, start
 
 
 def _reachable(address: str) -> None:
