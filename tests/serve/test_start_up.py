@@ -143,3 +143,22 @@ def test_sigterm_while_the_check_runs_drains_and_exits_cleanly():
     proc.wait(timeout=30)
     assert time.monotonic() - sent < 5 and proc.returncode == 0, rest
     assert rest.rstrip().endswith("setllm serve: stopped")
+
+
+def test_the_batching_check_leaves_no_pieces_in_the_document_cache(batch_check_cache, tmp_path):
+    """Under sbp the probes' options are read as documents: the check reads them apart, so
+    neither the memory store nor a --cache-dir (which replicas share) keeps them."""
+    from tiny import tiny_model, tiny_tokenizer
+
+    from setllm import SetLLM
+
+    folder = tmp_path / "pieces"
+    sbp = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
+    with _started(create_app(sbp, ServeConfig(cache_dir=str(folder)))) as client:
+        client.portal.call(settled, client.app.state.service)
+        assert client.get("/health").json()["batching"] == "on"  # the check ran, through the sbp reading
+        stats = client.app.state.service.documents.stats()
+        answered = client.post("/v1/choose", json=CHOOSE)
+    assert answered.status_code == 200
+    assert (stats.entries, stats.misses, stats.disk_writes) == (0, 0, 0)
+    assert sorted(folder.glob("*.safetensors"))  # a user's question does leave its pieces

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..core import doccache
 from ..core.templates import mc_prompt
 from ..errors import InputError
 from ..loading.convert import cache_dir
@@ -96,7 +97,7 @@ class BatchingCheck:
         model thread is inside a forward)."""
         self._running += 1
         try:
-            return await self._call(fn, *args)
+            return await self._call(_apart, fn, *args)
         finally:
             self._running -= 1
 
@@ -114,6 +115,14 @@ class BatchingCheck:
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+def _apart(fn: Callable, *args):
+    """``fn(*args)`` with the document cache apart (:func:`setllm.core.doccache.apart`): under
+    ``sbp`` the probes' options would be read as documents, and kept, in memory and in a
+    ``--cache-dir`` the replicas share; they are no user's."""
+    with doccache.apart():
+        return fn(*args)
 
 
 def probe_steps(engines: Engines, max_batch_size: int) -> list[Step]:

@@ -58,5 +58,5 @@ __all__, __getattr__, __dir__ = exports(__name__, {
     "options": ["CacheOptions", "reuse_line"],
     "reading": ["generate", "prefill", "read_options", "score", "unusable", "variant_problem"],
     "sizes": ["DEFAULT_DISK_MB", "DEFAULT_MB", "megabytes"],
-    "store": ["CacheStats", "DocumentCache", "attach", "for_reading", "forget", "of", "on_by_default", "share"],
+    "store": ["CacheStats", "DocumentCache", "apart", "attach", "for_reading", "forget", "of", "on_by_default", "share"],
 })

@@ -8,10 +8,13 @@ Shapes: a piece's keys and values are one ``(k [1, Hkv, n, d], v)`` pair per lay
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,12 +211,27 @@ def on_by_default(model) -> None:
         state.documents = DocumentCache(DEFAULT_MB, warn=False)
 
 
+_apart: ContextVar[bool] = ContextVar("setllm_documents_apart", default=False)
+
+
+@contextlib.contextmanager
+def apart() -> Iterator[None]:
+    """Readings in this context (this thread's call) compute through a scratch cache: they
+    neither find nor leave pieces, in memory or in the folder, and give the cached reading's
+    bits all the same. For reads of no user's documents: the server's batching check."""
+    token = _apart.set(True)
+    try:
+        yield
+    finally:
+        _apart.reset(token)
+
+
 def for_reading(model) -> DocumentCache:
     """The cache a reading that can reuse documents computes through: the one attached to
     ``model``'s weights (by default since they were wrapped: :func:`on_by_default`); where it
-    was switched off (or the weights were never wrapped), a :meth:`DocumentCache.scratch` one,
-    so the reading is the cached one's computation."""
-    return of(model) or DocumentCache.scratch()
+    was switched off (or the weights were never wrapped), or inside :func:`apart`, a
+    :meth:`DocumentCache.scratch` one, so the reading is the cached one's computation."""
+    return (None if _apart.get() else of(model)) or DocumentCache.scratch()
 
 
 def forget(model) -> None:
