@@ -34,6 +34,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import psutil
@@ -41,7 +42,9 @@ from bench_doccache import documents
 from bench_ray import labelled, stream, total
 from report_io import emit
 
-ENGINE = "ServeReplica:setllm:setllm-engine"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fleet tests' process helpers
+from process_tree import ENGINE, engines, kill, processes  # noqa: E402
+
 PARTS = ("start", "warm", "kill", "ramp", "stop", "faults")
 
 
@@ -61,10 +64,8 @@ def server(args, *extra: str):
         health(url, proc, cpu := {})
         yield proc, url, time.perf_counter() - start, cpu
     finally:
-        left = tree(proc)
-        for p in left:
-            with _gone():
-                p.kill()
+        left = processes(proc)
+        kill(left)
         proc.wait()
         psutil.wait_procs(left, timeout=10)
 
@@ -80,7 +81,7 @@ def _gone():
 def health(url: str, proc: subprocess.Popen, cpu: dict, timeout: float = 600) -> None:
     """Until ``/health`` answers; ``cpu`` gets the CPU seconds each process of the server spent by then."""
     def sample() -> None:  # CPU seconds so far of each process alive now (one that ended keeps its last count)
-        for p in tree(proc):
+        for p in processes(proc):
             with _gone():
                 times = p.cpu_times()
                 cpu[p.pid] = (kind(p), times.user + times.system)
@@ -107,21 +108,6 @@ def kind(p) -> str:
     return "Ray's own processes"
 
 
-def tree(proc: subprocess.Popen) -> list:
-    try:
-        main = psutil.Process(proc.pid)
-        return [main, *main.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def engines(proc: subprocess.Popen) -> list:
-    out = []
-    for p in tree(proc):
-        with _gone():
-            if ENGINE in " ".join(p.cmdline()):
-                out.append(p)
-    return out
 
 
 def ask(url: str, body: dict, path: str = "/v1/score", timeout: float = 600) -> tuple[object, float, str]:
@@ -290,7 +276,7 @@ def part_ramp(args) -> dict:
 def part_stop(args) -> dict:
     out = {}
     with server(args, "--replicas", "2") as (proc, url, _, _):
-        started, t = tree(proc), time.perf_counter()
+        started, t = processes(proc), time.perf_counter()
         os.killpg(os.getpgid(proc.pid), signal.SIGTERM)
         proc.wait(timeout=120)
         out["idle_group_sigterm"] = {"seconds": round(time.perf_counter() - t, 1), "left_running": len(psutil.wait_procs(started, timeout=5)[1])}
@@ -300,7 +286,7 @@ def part_stop(args) -> dict:
             with ThreadPoolExecutor(8) as pool:
                 futures = [pool.submit(ask, url, long, "/v1/generate") for _ in range(8)]
                 time.sleep(2.0)
-                started, t = tree(proc), time.perf_counter()
+                started, t = processes(proc), time.perf_counter()
                 if how == "group_sigterm":
                     os.killpg(os.getpgid(proc.pid), signal.SIGTERM)
                 else:
@@ -334,20 +320,18 @@ def part_faults(args) -> dict:
             with ThreadPoolExecutor(8) as pool:
                 futures = [pool.submit(ask, url, long, "/v1/generate", args.fault_wait_s) for _ in range(8)]
                 time.sleep(2.0)
-                for p in tree(proc):
+                for p in processes(proc):
                     with _gone():
                         if mark in " ".join(p.cmdline()):
                             p.kill()
                 held = [f.result()[0] for f in futures]
             status, after, _ = ask(url, {"prompt": "Say:", "max_new_tokens": 2}, "/v1/generate", args.fault_wait_s)
-            started, t = tree(proc), time.perf_counter()
+            started, t = processes(proc), time.perf_counter()
             proc.terminate()
             proc.wait(timeout=300)
             stop_s = time.perf_counter() - t
             left = psutil.wait_procs(started, timeout=5)[1] + orphans(since)
-            for p in left:
-                with _gone():
-                    p.kill()
+            kill(left)
         out[victim] = {"open_requests": {str(s): held.count(s) for s in set(held)}, "next_request": status, "next_request_s": round(after, 1),
                        "sigterm_stop_s": round(stop_s, 1), "exit": proc.returncode, "left_running": len(left)}
         print(f"faults: {victim} SIGKILLed with 8 requests open: {out[victim]}", flush=True)

@@ -26,6 +26,7 @@ pytest.importorskip("ray.serve")
 psutil = pytest.importorskip("psutil")
 
 from fastapi.testclient import TestClient  # noqa: E402
+from process_tree import engines, kill, processes  # noqa: E402
 from server_process import listening_url  # noqa: E402
 
 from setllm.serve.ray.ingress import REPLICA_HEADER, stat_total  # noqa: E402
@@ -33,7 +34,6 @@ from setllm.serve.ray.ingress import REPLICA_HEADER, stat_total  # noqa: E402
 pytestmark = pytest.mark.slow
 START_S = 240
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENGINE = "ServeReplica:setllm:setllm-engine"  # an engine replica's process title
 DOCS = ["Paris is in France.", "Rome is in Italy.", "Bern is in Switzerland.", "Oslo is in Norway.", "Lima is in Peru."]
 LONG = {"prompt": "Read:\n{{" + "||".join(DOCS[:3]) + "}} Say:", "max_new_tokens": 200}  # a generation that takes a while
 DRAIN_S = 60  # --drain-s of the fleets that stop with requests open
@@ -59,35 +59,6 @@ def fleet(*args: str):
         kill(left)
         proc.wait()
         psutil.wait_procs(left, timeout=10)
-
-
-def kill(left: list) -> None:
-    for p in left:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-def processes(proc: subprocess.Popen) -> list:
-    """``proc`` and every process it started (Ray's included), while it runs."""
-    try:
-        main = psutil.Process(proc.pid)
-        return [main, *main.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def engines(proc: subprocess.Popen) -> list:
-    """The engine replicas' processes."""
-    out = []
-    for p in processes(proc):
-        try:
-            if ENGINE in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def replica_pid(url: str, replica: str) -> int:
