@@ -35,11 +35,6 @@ def prompts(read: Read | None) -> Callable[[Handler], Handler]:
 no_documents = prompts(None)
 
 
-def declared(route) -> bool:
-    """Whether a route's handler declares what its body holds."""
-    return hasattr(route.endpoint, ATTRIBUTE)
-
-
 def reads(routers: Iterable) -> dict[str, Read]:
     """How each POST route of ``routers`` reads its body's prompts, by path (no documents: left out)."""
     routes = [r for router in routers for r in router.routes if "POST" in getattr(r, "methods", ())]
