@@ -22,7 +22,8 @@ def test_every_post_route_of_the_server_declares_what_its_body_holds(lm):
     served = {path for path, operations in create_app(lm).openapi()["paths"].items() if "post" in operations}
     posts = [r for router in ROUTERS for r in router.routes if "POST" in r.methods]
     assert {r.path for r in posts} == served, "the ingress reads the routers the app serves (routes.ROUTERS)"
-    assert [r.path for r in posts if not hasattr(r.endpoint, declare.ATTRIBUTE)] == [], "declare under its @router.post: @declare.prompts(...) or @declare.no_documents"
+    undeclared = [r.path for r in posts if not hasattr(r.endpoint, declare.ATTRIBUTE)]
+    assert undeclared == [], "declare under its @router.post: @declare.prompts(...) or @declare.no_documents"
     assert set(PROMPTS) == {"/v1/answer", "/v1/choose", "/v1/score", "/v1/generate", "/v1/completions"}
 
 
