@@ -4,6 +4,8 @@
 ``setllm data kv-retrieval --pairs 20 --n 500 --seed 1 --out kv.jsonl``: Liu et al.'s
 key-value retrieval. ``setllm data kv-phrased --phrasings held-out --docs 8 --out kv.jsonl``:
 key-value facts in many phrasings (train ones, or held-out ones no training mix holds).
+``setllm data worlds --family held-out --docs 8 --n 40 --out natural.jsonl``: natural sentences about
+fictional companies, towns and people, several questions a set, one that no document answers.
 ``setllm data qa-lookup --source commonsense_qa --docs 10 --out qa.jsonl``: natural-language
 statements from a benchmark. ``setllm data mc-framed --task piqa --n 2400 --out piqa.jsonl``: a benchmark's questions as training
 rows in several frames (:mod:`setllm.generators.frames`).
@@ -24,6 +26,7 @@ def add_parser(sub, name: str = "data"):
     from ..generators.documents import KVRetrievalConfig, QALookupConfig
     from ..generators.frames import MCFramedConfig
     from ..generators.phrasings import KVPhrasedConfig
+    from ..generators.worlds import WorldsConfig
 
     p = sub.add_parser(name, help="generate document-set data (key-value retrieval, benchmark lookups)",
                        description=_examples(__doc__.split("\n\n")[1]), formatter_class=RawHelpFormatter)
@@ -36,6 +39,10 @@ def add_parser(sub, name: str = "data"):
                      description="Key-value facts as documents, each row in one phrasing (e.g. 'The code for X is Y.'), "
                                  "keys and values of several kinds; --phrasings held-out draws from phrasings no training mix holds.")
     ph.set_defaults(func=cmd_phrased)
+    wo = add_command(gens, "worlds", [WorldsConfig], help="natural sentences about fictional companies, towns, people (train or held-out words)",
+                     description="Natural-language documents: facts about fictional companies, towns, people, products and clubs, one "
+                                 "fact a document, several questions per set in other words than the facts, one that no document answers.")
+    wo.set_defaults(func=cmd_worlds)
     qa = add_command(gens, "qa-lookup", [QALookupConfig], help="a benchmark's questions and answers as statements; ask one",
                      description="Natural-language documents: each labelled question of a benchmark, with its answer, as a "
                                  "statement among K-1 statements of other questions; the question is asked again.")
@@ -66,6 +73,13 @@ def cmd_phrased(args: argparse.Namespace) -> int:
 
     c = config_from_args(KVPhrasedConfig, args)
     return _write(kv_phrased(c.phrasings, c.docs, c.n, c.seed), c.out, args.generator)
+
+
+def cmd_worlds(args: argparse.Namespace) -> int:
+    from ..generators.worlds import WorldsConfig, worlds
+
+    c = config_from_args(WorldsConfig, args)
+    return _write(worlds(c.family, c.docs, c.n, c.seed, c.questions, c.unanswerable), c.out, args.generator)
 
 
 def cmd_qa(args: argparse.Namespace) -> int:

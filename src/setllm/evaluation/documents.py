@@ -10,7 +10,11 @@ the documents unsorted. Rows land in ``predictions.jsonl`` in the layout the mul
 runs use (``label`` = the normalised answer, ``predictions`` = the normalised generations,
 one per tested ordering), so the modes of :mod:`.metrics` read them unchanged: ``single`` is
 the first asked position, ``random`` the mean over positions, ``adversarial`` right at every
-position, ``majority`` the most generated answer over positions.
+position, ``majority`` the most generated answer over positions. Beside exact match, the
+summary counts answers that hold the gold string (``answer_in_text``) and the failure modes
+of :func:`setllm.tasks.documents.failure_modes` per gold position; questions no document
+answers (``"answer": null``) are answered once, in the data's order, and only counted by what
+the reader said (``unanswerable``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 from .. import verbs
 from ..core import doccache
+from ..errors import InputError
 from ..io import rundir
 from ..tasks import documents as docs
 from . import store
@@ -54,7 +59,8 @@ def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool
     from tqdm.auto import tqdm
 
     done = store.load_predictions(out)
-    todo = [r for r in records if r.id not in done]
+    todo = [r for r in records if r.id not in done and r.answerable]
+    unasked = [r for r in records if r.id not in done and not r.answerable]
     if cfg.verify_invariance and lm.variant.invariant:
         lm = lm.with_options(exact=False)  # verifying means reading the documents unsorted
     started = time.perf_counter()
@@ -65,15 +71,57 @@ def _run(lm, cfg: EvalConfig, records, positions, keys: list[str], one_run: bool
             store.append_predictions(out, rows, settings)
             done.update((row["id"], row) for row in rows)
             bar.update(len(rows))
-    rows = [done[r.id] for r in records]
+        for lo in range(0, len(unasked), lm.batch_size):
+            rows = unanswerable_rows(lm, unasked[lo : lo + lm.batch_size])
+            store.append_predictions(out, rows, settings)
+            done.update((row["id"], row) for row in rows)
+            bar.update(len(rows))
+    answerable = [r for r in records if r.answerable]
+    if not answerable:
+        raise InputError("every row's 'answer' is null: nothing to score (at least one row needs an answer)")
+    rows = [done[r.id] for r in answerable]
     summary = summarize(rows, cfg, settings, lm)
     summary.update(docs.position_accuracy(rows, keys if positions is not None else _common_keys(rows)))
+    summary.update(answer_in_text(rows), failure_modes=_failure_modes(answerable, rows),
+                   unanswerable=_said(done[r.id] for r in records if not r.answerable))
     summary.update(gold_positions=cfg.gold_positions, wall_time_s=round(time.perf_counter() - started, 3),
                    resumed_questions=len(records) - len(todo), **_cache_summary(cache),
                    note=("invariant variant: one run per row stands for every gold position" if one_run else
                          "every asked gold position run; majority = the most generated answer over them"))
     store.write_json(out / store.SUMMARY_FILE, summary)
     return summary
+
+
+def answer_in_text(rows: Sequence[dict]) -> dict:
+    """The share (%) of answers holding the gold string, over every run of every row and at
+    the first asked position (exact match's ``single``)."""
+    runs = [h for row in rows for h in row["holds"]]
+    return {"answer_in_text": {"single": round(100.0 * sum(row["holds"][0] for row in rows) / len(rows), 4),
+                               "random": round(100.0 * sum(runs) / len(runs), 4)}}
+
+
+def _failure_modes(records: Sequence[docs.DocRecord], rows: Sequence[dict]) -> dict:
+    """:func:`docs.failure_modes` of each ordering slot the rows ran (the first asked gold
+    position, the second, ...), and their mean: a reading that collapses in one order only
+    shows it there."""
+    slots = min(len(row["generated"]) for row in rows)
+    per = [docs.failure_modes([(r, row["generated"][i]) for r, row in zip(records, rows)]) for i in range(slots)]
+    keys = rows[0]["positions"][:slots]
+    return {"by_gold_position": dict(zip(keys, per)), "mean": {k: round(sum(p[k] for p in per) / slots, 3) for k in per[0]}}
+
+
+def _said(rows) -> dict:
+    """How the reader answered the questions no document answers."""
+    said = [row["said"] for row in rows]
+    return {"n": len(said), **{k: said.count(k) for k in ("empty", "abstains", "from_a_document", "other")}}
+
+
+def unanswerable_rows(lm, records: Sequence[docs.DocRecord]) -> list[dict]:
+    """Questions no document answers, each answered once in the data's order."""
+    asked = [verbs.answer(list(r.documents), r.question, EXTRA_TOKENS * 4) for r in records]
+    texts = lm.generate_many([a.prompt for a in asked], asked[0].config)
+    return [{"id": r.id, "answerable": False, "generated": [a.text(t)], "said": docs.unanswered_kind(a.text(t), r.documents)}
+            for r, a, t in zip(records, asked, texts)]
 
 
 def _cache_summary(cache) -> dict:
@@ -136,6 +184,7 @@ def _row(record: docs.DocRecord, runs: list, one_run: bool, cfg: EvalConfig) -> 
         "id": record.id, "label": label, "answer": record.answer, "gold": record.gold, "n_documents": len(record.documents),
         "plan": "all", "one_run": one_run, "positions": keys, "orderings": [list(o) for o in orders],
         "generated": texts, "predictions": predictions, "correct": [p == label for p in predictions],
+        "holds": [docs.holds_answer(t, record.answer) for t in texts],
         "answer_logprob": logps, "votes": votes, "majority": pick,
         "logprobs": [logps[0]], "max_logprob_diff": max(abs(x - logps[0]) for x in logps) if len(logps) > 1 else None,
         "time_s": [round(s, 6) for s in secs], "peak_mb": [round(p, 1) for p in peaks],

@@ -17,7 +17,11 @@ sits, cannot change the answer; ``causal-pe`` reads them in order (the baseline)
 
 Rows: ``{"id"?, "documents": [str, ...], "question": str, "answer": str, "gold"?: int}``
 (``gold``: index of the document holding the answer; without it, the one document whose text
-contains the answer). Evaluation moves the gold document to each asked position (negative
+contains the answer). ``"answer": null`` marks a question no document answers: evaluation
+records what the reader says to it (:func:`unanswered_kind`), training refuses it. Optional
+``set`` (rows asking over the same documents) and ``answer_type`` (``person``, ``place``,
+``year``, ``number``, ``time``, ``name``, ``kind``) let :func:`failure_modes` count one answer
+given to several questions and answers of the wrong type. Evaluation moves the gold document to each asked position (negative
 counts from the end; the others keep their order); training moves it to a seeded random one.
 
 Generators (seeded, no download): :func:`kv_retrieval` (Liu et al.'s synthetic key-value
@@ -54,8 +58,14 @@ class DocRecord:
     id: str
     documents: tuple[str, ...]
     question: str
-    answer: str
-    gold: int
+    answer: str  # "" for a question no document answers (gold is then None)
+    gold: int | None
+    set: str | None = None
+    answer_type: str | None = None
+
+    @property
+    def answerable(self) -> bool:
+        return self.gold is not None
 
 
 def documents_prompt(documents: Sequence[str], question: str) -> SetPrompt:
@@ -76,6 +86,8 @@ def move_gold(record: DocRecord, position: int) -> Ordering:
     """The ordering with the gold document at ``position`` (negative: from the end), the other
     documents in their given order."""
     k = len(record.documents)
+    if record.gold is None:  # nothing to move: the documents as given
+        return tuple(range(k))
     index = position + k if position < 0 else position
     if not 0 <= index < k:
         raise DataError(f"question {record.id}: gold position {position} is outside its {k} documents")
@@ -105,14 +117,19 @@ def parse_row(obj: object, where: str) -> DocRecord:
     if bad := [i for i, d in enumerate(docs) if not isinstance(d, str) or not d.strip()]:
         raise DataError(f"{where}: document {bad[0]} is empty or not text")
     for key in ("question", "answer"):
+        if key == "answer" and obj[key] is None:
+            continue  # a question no document answers
         if not isinstance(obj[key], str) or not obj[key].strip():
-            raise DataError(f"{where}: {key!r} must be non-empty text")
+            raise DataError(f"{where}: {key!r} must be non-empty text{' (or null: no document answers it)' if key == 'answer' else ''}")
+    extra = {k: obj[k] for k in ("set", "answer_type") if obj.get(k) is not None}
+    if obj["answer"] is None:
+        return DocRecord(str(obj.get("id", where)), tuple(docs), obj["question"].strip(), "", None, **extra)
     gold = obj.get("gold")
     if gold is None:
         gold = _find_gold(docs, obj["answer"], where)
     if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(docs):
         raise DataError(f"{where}: 'gold' must be an index into 'documents' (0..{len(docs) - 1}), got {gold!r}")
-    return DocRecord(str(obj.get("id", where)), tuple(docs), obj["question"].strip(), obj["answer"].strip(), gold)
+    return DocRecord(str(obj.get("id", where)), tuple(docs), obj["question"].strip(), obj["answer"].strip(), gold, **extra)
 
 
 def _find_gold(docs: list[str], answer: str, where: str) -> int:
@@ -127,8 +144,91 @@ def training_pair(obj: object, where: str, seed: int = 0) -> tuple[SetPrompt, st
     ``random.Random(f"{seed}:{id}")`` (so a causal model cannot learn "it is always first"),
     the answer as the response."""
     record = parse_row(obj, where)
+    if not record.answerable:
+        raise DataError(f"{where}: 'answer' is null (no document answers it): a training row needs an answer")
     position = random.Random(f"{seed}:{record.id}").randrange(len(record.documents))
     return render(record, move_gold(record, position)), record.answer
+
+
+# -- what an answer is -------------------------------------------------------------------------
+def holds_answer(generated: str, answer: str) -> bool:
+    """The gold string inside the generated answer (normalised, whole words: "may" is not in
+    "mayor"): right, though worded otherwise."""
+    return bool(answer) and f" {normalise(answer)} " in f" {normalise(generated)} "
+
+
+_NUMERIC = {"year", "number"}
+_TIME_WORDS = re.compile(r"\b(noon|midnight|january|february|march|april|may|june|july|august|september|october|november|december|"
+                         r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b")
+
+
+def expected_type(record: DocRecord) -> str | None:
+    """The row's ``answer_type``, else one read off the question's first words (who, how many,
+    what year), else None (not checked)."""
+    if record.answer_type:
+        return record.answer_type
+    q = record.question.lower()
+    if q.startswith("who"):
+        return "person"
+    if re.match(r"(how many|how much|in what year|in which year|what year|which year)\b", q):
+        return "number"
+    return None
+
+
+def wrong_type(generated: str, kind: str | None) -> bool:
+    """An answer that cannot be of the asked kind: digits for who/where/what kind, none for how
+    many or what year, neither digits nor a month, day or noon for when."""
+    text = normalise(generated)
+    if not text or kind is None:
+        return False
+    digits = any(ch.isdigit() for ch in text)
+    if kind in _NUMERIC:
+        return not digits
+    if kind == "time":
+        return not digits and _TIME_WORDS.search(text) is None
+    return digits
+
+
+def copied_document(generated: str, documents: Sequence[str], answer: str = "") -> bool:
+    """A whole document given as the answer: the answer holds a document's whole text, or is
+    most (80%) of one, and is longer than the gold answer by more than two words."""
+    text = normalise(generated)
+    if not text or len(text.split()) <= len(normalise(answer).split()) + 2:
+        return False
+    for d in documents:
+        doc = normalise(d)
+        if doc and (doc in text or (text in doc and len(text.split()) >= 0.8 * len(doc.split()))):
+            return True
+    return False
+
+
+_ABSTAINS = re.compile(r"\b(not|no|unknown|none|cannot|can t|don t|doesn t|isn t|unclear|neither|nothing)\b")
+
+
+def unanswered_kind(generated: str, documents: Sequence[str]) -> str:
+    """What a reader said to a question no document answers: ``empty``, ``abstains`` (says it
+    does not know), ``from_a_document`` (a span of some document: an answer made up from a
+    distractor) or ``other``."""
+    text = normalise(generated)
+    if not text:
+        return "empty"
+    if _ABSTAINS.search(text):
+        return "abstains"
+    return "from_a_document" if any(text in normalise(d) for d in documents) else "other"
+
+
+def failure_modes(pairs: Sequence[tuple[DocRecord, str]]) -> dict:
+    """Counts over (answerable record, generated answer) pairs read in one order: ``collapses``
+    (answers given to 3+ questions of one set with different gold answers) and the
+    ``collapsed_rows`` they cover, ``wrong_type`` answers, ``copied_document`` answers."""
+    by_set: dict[object, dict[str, set[str]]] = {}
+    for r, text in pairs:
+        key = r.set if r.set is not None else r.documents
+        by_set.setdefault(key, {}).setdefault(normalise(text), set()).add(normalise(r.answer))
+    collapsed = [len(golds) for answers in by_set.values() for text, golds in answers.items() if text and len(golds) >= 3]
+    return {"collapses": len(collapsed), "collapsed_rows": sum(collapsed),
+            "wrong_type": sum(wrong_type(t, expected_type(r)) for r, t in pairs),
+            "copied_document": sum(copied_document(t, r.documents, r.answer) for r, t in pairs)}
 
 
 # -- gold positions -----------------------------------------------------------------------

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Documents a user writes: natural sentences about fictional worlds (`setllm data worlds`), read
+# by every documents reading beside the base model itself, and the documents adapter retrained
+# on a mix with natural sentences. Every step skips what is already there (resumable); run it
+# again after a stop. Log: $RUNS/log.txt.
+#
+#   research/natural_documents.sh data      held-out sets (two families, two subset seeds; 8, 32 and 64
+#                                           documents) and the training mix (train family + key-value rows)
+#   research/natural_documents.sh train     the sbp documents adapter continued on the mix, in the background
+#                                           safe (checkpoints every 10 steps; --resume picks them up)
+#   research/natural_documents.sh eval      every reading on every held-out set (in the order of the table)
+#   research/natural_documents.sh kv        the key-value held-out lists for the candidate readings
+#   research/natural_documents.sh long      32 and 64 documents: the default, the base model, the candidate
+#   python research/natural_table.py        the table (docs/documents.md) from the runs
+#   research/natural_documents.sh all       everything above, in order
+#
+# Rows held out: families held-out (companies, towns, people stated and asked in words no training
+# row has) and held-out-2 (products and clubs, domains no training mix holds), 15 sets of 8
+# documents per subset seed, 4 answerable questions and 1 unanswerable per set (60 + 15 rows).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-runs/natural}
+D=$RUNS/data
+KV=${KV_DATA:-runs/general/data}
+THREADS=${THREADS:-1}
+SETS=${SETS:-15}
+POS=0,4,-1   # gold first, in the middle, last: the base model's mean and worst over orders
+run() { printf '+ %s\n' "$*" | tee -a "$RUNS/log.txt" >&2; "$@" 2>>"$RUNS/log.txt"; }
+mkdir -p "$D" "$RUNS/eval" "$RUNS/adapters"
+
+data() {
+  local f s k
+  for f in held-out held-out-2; do
+    for s in 0 1; do
+      [ -s "$D/$f-k8-s$s.jsonl" ] || run setllm data worlds --family "$f" --docs 8 --n "$SETS" --seed $((100 + s)) --out "$D/$f-k8-s$s.jsonl"
+    done
+  done
+  for k in 32 64; do
+    [ -s "$D/held-out-k$k-s0.jsonl" ] || run setllm data worlds --family held-out --docs $k --n 4 --seed 200 --out "$D/held-out-k$k-s0.jsonl"
+  done
+  for s in 0 1; do  # the key-value held-out lists of docs/documents.md (research/general_adapter.sh data)
+    [ -s "$KV/kv8-held-out-s$s.jsonl" ] || run setllm data kv-phrased --phrasings held-out --docs 8 --n 100 --seed $((1000 + s)) \
+      --out "$KV/kv8-held-out-s$s.jsonl"
+  done
+  # The training mix: the train family (its own words, seeds apart from every held-out set) and the
+  # key-value rows the shipped sbp adapter was last trained on, so that it keeps reading those.
+  for k in 4 8 16; do
+    [ -s "$D/train-k$k.jsonl" ] || run setllm data worlds --family train --docs $k --n 60 --questions 4 --unanswerable 0 --seed $((10 + k)) \
+      --out "$D/train-k$k.jsonl"
+  done
+  for k in 4 8; do
+    [ -s "$D/kv$k-train.jsonl" ] || run setllm data kv-phrased --phrasings train --docs $k --n 100 --seed $((20 + k)) --out "$D/kv$k-train.jsonl"
+    [ -s "$D/kv$k-more-train.jsonl" ] || run setllm data kv-phrased --phrasings train-more --docs $k --n 100 --seed $((30 + k)) \
+      --out "$D/kv$k-more-train.jsonl"
+  done
+}
+
+# The shipped sbp documents adapter, continued under sbp on the mix (one epoch, the recipe's
+# learning rate): 240 + 240 + 240 natural rows and 400 key-value rows, batch 8.
+train() {
+  local out=$RUNS/adapters/sbp-natural
+  [ -f "$out/adapter_model.safetensors" ] && return 0
+  local resume=(); compgen -G "$out/checkpoint-*" >/dev/null && resume=(--resume)
+  run setllm train --data "$D/train-k4.jsonl,$D/train-k8.jsonl,$D/train-k16.jsonl,$D/kv4-train.jsonl,$D/kv8-train.jsonl,$D/kv4-more-train.jsonl,$D/kv8-more-train.jsonl" \
+    --variant sbp --init-adapter src/setllm/adapters/smollm2-135m-documents-sbp --max-length 640 --lr 2e-3 --batch-size 8 --epochs 1 \
+    --seed 42 --logging-steps 5 --save-steps 10 --threads "$THREADS" --out "$out" --no-progress "${resume[@]}"
+}
+
+reading() {  # reading NAME FILE [setllm eval flags...]: one reading of one held-out file
+  local name=$1 file=$2; shift 2
+  local out=$RUNS/eval/$name/$(basename "$file" .jsonl)
+  [ -f "$out/summary.json" ] || run setllm eval --dataset documents --data-file "$file" --gold-positions "$POS" --out "$out" \
+    --threads "$THREADS" --no_progress "$@"
+}
+
+readings() {  # readings FILE: every reading of the table on FILE
+  local f=$1
+  reading default "$f"
+  reading base "$f" --variant causal-pe --adapter none
+  reading base-chat "$f" --variant causal-pe --adapter none --chat
+  reading canonical "$f" --variant canonical --adapter none
+  reading sbp-untrained "$f" --variant sbp --adapter none
+  reading setmask-adapter "$f" --variant setmask-setpe
+  [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] && reading sbp-natural "$f" --variant sbp --adapter "$RUNS/adapters/sbp-natural"
+  return 0
+}
+
+eval_all() {
+  local f s
+  for s in 0 1; do for f in held-out held-out-2; do readings "$D/$f-k8-s$s.jsonl"; done; done
+}
+
+kv() {
+  local s
+  [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] || return 0
+  for s in 0 1; do reading sbp-natural "$KV/kv8-held-out-s$s.jsonl" --variant sbp --adapter "$RUNS/adapters/sbp-natural"; done
+}
+
+long() {
+  local k
+  for k in 32 64; do
+    reading default "$D/held-out-k$k-s0.jsonl"
+    reading base "$D/held-out-k$k-s0.jsonl" --variant causal-pe --adapter none
+    [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] && \
+      reading sbp-natural "$D/held-out-k$k-s0.jsonl" --variant sbp --adapter "$RUNS/adapters/sbp-natural"
+  done
+  return 0
+}
+
+case ${1:-all} in
+  data) data ;;
+  train) data; train ;;
+  eval) data; eval_all ;;
+  kv) data; kv ;;
+  long) data; long ;;
+  all) data; train; eval_all; kv; long ;;
+  *) echo "usage: $0 data|train|eval|kv|long|all" >&2; exit 2 ;;
+esac
