@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from ..io.records import DataError
 from .base import GeneratorConfig, at_least
-from .documents import distinct
 
 # -- values ---------------------------------------------------------------------------------
 _FIRST = ("Marta", "Tomasz", "Ines", "Kofi", "Priya", "Lars", "Aiko", "Rafael", "Nadia", "Owen", "Selin", "Dmitri", "Femi", "Clara",
@@ -194,6 +193,10 @@ class Fact:
     def document(self, family: str) -> str:
         return self.relation.templates[family][0].format(e=self.entity, v=self.value)
 
+    def about(self) -> dict:
+        """What a row records of the fact it asks (for breakdowns and the failure modes)."""
+        return {"relation": f"{self.domain.name}.{self.relation.name}", "entity": self.entity, "answer_type": self.relation.answer_type}
+
     def question(self, family: str) -> str:
         q = self.relation.templates[family][1].format(e=self.entity)
         return q[0].upper() + q[1:]
@@ -249,12 +252,11 @@ def worlds(family: str = "held-out", docs: int = 8, n: int = 40, seed: int = 0, 
         asked = _spread(stated, questions, rng)
         for j, fact in enumerate(asked):
             rows.append({"id": f"{set_id}-q{j}", "set": set_id, "documents": documents, "question": fact.question(family),
-                         "answer": fact.value, "gold": stated.index(fact), "relation": f"{fact.domain.name}.{fact.relation.name}",
-                         "entity": fact.entity, "answer_type": fact.relation.answer_type})
+                         "answer": fact.value, "gold": stated.index(fact), **fact.about()})
         stated_entities = {f.entity for f in stated}
         for j, fact in enumerate([f for f in unstated if f.entity in stated_entities][:unanswerable]):
             rows.append({"id": f"{set_id}-u{j}", "set": set_id, "documents": documents, "question": fact.question(family),
-                         "answer": None, "withheld": fact.value, "relation": f"{fact.domain.name}.{fact.relation.name}", "entity": fact.entity, "answer_type": fact.relation.answer_type})
+                         "answer": None, "withheld": fact.value, **fact.about()})
     return rows
 
 
