@@ -77,23 +77,28 @@ readings() {  # readings FILE: every reading of the table on FILE
   local f=$1
   reading default "$f"
   reading base "$f" --variant causal-pe --adapter none
-  reading base-chat "$f" --variant causal-pe --adapter none --chat
   reading canonical "$f" --variant canonical --adapter none
-  reading sbp-untrained "$f" --variant sbp --adapter none
+  natural sbp-natural "$f"
+  reading base-chat "$f" --variant causal-pe --adapter none --chat
+  reading canonical-chat "$f" --variant canonical --adapter none --chat
   reading setmask-adapter "$f" --variant setmask-setpe
-  [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] && reading sbp-natural "$f" --variant sbp --adapter "$RUNS/adapters/sbp-natural"
-  return 0
+  reading sbp-untrained "$f" --variant sbp --adapter none
+}
+
+natural() {  # natural NAME FILE: the retrained adapter, once it is there
+  [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] || return 0
+  reading "$1" "$2" --variant sbp --adapter "$RUNS/adapters/sbp-natural"
 }
 
 eval_all() {
   local f s
   for s in 0 1; do for f in held-out held-out-2; do readings "$D/$f-k8-s$s.jsonl"; done; done
+  readings tests/fixtures/data/handwritten_worlds.jsonl   # two worlds written by hand, as a user writes
 }
 
 kv() {
   local s
-  [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] || return 0
-  for s in 0 1; do reading sbp-natural "$KV/kv8-held-out-s$s.jsonl" --variant sbp --adapter "$RUNS/adapters/sbp-natural"; done
+  for s in 0 1; do natural sbp-natural "$KV/kv8-held-out-s$s.jsonl"; done
 }
 
 long() {
@@ -101,10 +106,8 @@ long() {
   for k in 32 64; do
     reading default "$D/held-out-k$k-s0.jsonl"
     reading base "$D/held-out-k$k-s0.jsonl" --variant causal-pe --adapter none
-    [ -f "$RUNS/adapters/sbp-natural/adapter_model.safetensors" ] && \
-      reading sbp-natural "$D/held-out-k$k-s0.jsonl" --variant sbp --adapter "$RUNS/adapters/sbp-natural"
+    natural sbp-natural "$D/held-out-k$k-s0.jsonl"
   done
-  return 0
 }
 
 case ${1:-all} in

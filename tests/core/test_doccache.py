@@ -214,6 +214,28 @@ def test_a_reading_that_cannot_reuse_says_so_once_and_reads_as_before():
         store.clear()
 
 
+def test_a_reading_whose_positions_follow_the_order_is_not_cached():
+    """The sbp mask reads documents apart, but consecutive positions number each document after
+    the ones before it: a piece cached in one order would carry that order's positions into
+    another. Such a reading is read afresh, with the bits of reading it without a cache."""
+    from setllm.core.variants import Variant
+
+    lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), Variant("sbp-mask-pe", "sbp", "pe", invariant=False))
+    assert "numbers a document's tokens after the documents before it" in doccache.variant_problem(lm.variant)
+    forget = _off(lm)
+    want = [s.logprob for s in lm.score(prompt(DOCS[2::-1]), OPTIONS)]
+    forget()
+    store = lm.cache_documents(max_mb=64)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lm.score(prompt(DOCS[:3]), OPTIONS)
+            got = [s.logprob for s in lm.score(prompt(DOCS[2::-1]), OPTIONS)]
+        assert got == want and store.stats().entries == 0
+    finally:
+        store.clear()
+
+
 def test_answer_reads_cached_documents():
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), "sbp")
     fresh = lm.answer(DOCS[:4], "Which one jumps?", max_new_tokens=5)

@@ -44,6 +44,9 @@ def check_attention(name: str | None, flag: str = "--attn") -> None:
 
 MaskKind = Literal["causal", "prefix", "setmask", "sbp"]
 PositionKind = Literal["pe", "nope", "setpe", "sbp"]
+# The schemes that number every element of a set from the same start, so an element's positions
+# do not depend on where its siblings sit (what a cached element's keys need; ``pe`` numbers on).
+ORDER_FREE_POSITIONS: frozenset[str] = frozenset({"nope", "setpe", "sbp"})
 
 
 @dataclass(frozen=True)

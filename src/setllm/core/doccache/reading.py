@@ -32,7 +32,7 @@ from ..scoring import (
     packed_forward,
     row_plan,
 )
-from ..variants import Variant
+from ..variants import ORDER_FREE_POSITIONS, Variant
 from . import attention
 from .keys import PieceKey, ReadingKey
 from .store import DocumentCache, Layers
@@ -45,6 +45,8 @@ def variant_problem(variant: Variant) -> str | None:
     parts = kind_parts(variant.mask)
     if parts.bidirectional or not parts.sets_apart:  # an element must depend on nothing after it nor on its set's others
         return f"variant {variant.name!r} lets a document see text it cannot be cached without (only 'sbp' reads documents apart)"
+    if variant.positions not in ORDER_FREE_POSITIONS:  # its keys would carry the positions of one order
+        return f"variant {variant.name!r} numbers a document's tokens after the documents before it: its keys hold where it sat"
     return None
 
 
