@@ -114,8 +114,9 @@ def test_eval_counts_the_unanswerable_apart_and_the_failure_modes(capsys, tmp_pa
     out = tmp_path / "run"
     argv = ("eval", "--dataset", "documents", "--data-file", str(data), "--model", long_model_dir, "--adapter", "none", "--variant", "causal-pe",
             "--gold-positions", "0,-1", "--out", str(out), "--no-progress", "--batch-size", "4")
-    code, _, err = run_cli(capsys, *argv)
+    code, said, err = run_cli(capsys, *argv)
     assert code == 0, err
+    assert "2 questions no document answers:" in said and "gold answer in the text" in said
     s = json.loads((out / "summary.json").read_text())
     assert s["n"] == 8 and s["unanswerable"]["n"] == 2 and sum(v for k, v in s["unanswerable"].items() if k != "n") == 2
     assert set(s["failure_modes"]["by_gold_position"]) == {"0", "-1"}

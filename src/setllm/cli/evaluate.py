@@ -104,6 +104,11 @@ def _result_line(s: dict) -> str:
         template = ""
         by = ", ".join(f"{k}: {v:.2f}%" for k, v in s["accuracy_by_gold_position"].items())
         extra += f"; by gold position: {by}; gap {s['gold_position_gap']:.2f}" + (" (one run per row)" if s["one_run_per_question"] else "")
+        fm, u = s["failure_modes"]["mean"], s["unanswerable"]
+        extra += (f"; gold answer in the text {s['answer_in_text']['random']:.2f}%; {fm['collapses']:g} answers given to 3+ questions, "
+                  f"{fm['wrong_type']:g} of the wrong type, {fm['copied_document']:g} copied documents")
+        if u["n"]:
+            extra += f"; {u['n']} questions no document answers: {u['abstains'] + u['empty']} abstained, {u['from_a_document']} answered from a document"
     if "document_cache" in s:  # documents read once (sbp): what the cache spared, at its own computing rate
         c = s["document_cache"]
         disk = f" ({c['disk_hits']} from disk)" if "disk_hits" in c else ""
