@@ -114,3 +114,24 @@ def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
         served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"base={x}"]))
     plain, judge, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", x]))
     assert adapters == {} and judge is None and plain.origin.adapter == x  # one adapter, unmerged, as every command reads it
+
+
+def test_a_model_s_one_named_adapter_is_its_default_reading(model_dir, tmp_path):
+    """No adapter shipped for the model and one ``--adapter NAME=PATH``: the user's adapter
+    answers a request naming none (not the untrained reading); ``--adapter none`` keeps
+    none; with several named, none is the default and the start says how to choose."""
+    from setllm.cli.serve import served_models, warn_if_no_default
+    from setllm.errors import SetLLMWarning
+
+    x, y = tiny_adapter(model_dir, tmp_path / "x", 5), tiny_adapter(model_dir, tmp_path / "y", 6)
+    parser, _ = build_parser("serve")
+    lm, _, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}"]))
+    assert list(adapters) == ["mine", "none", "base"] and lm is adapters["mine"] and lm.origin.adapter == x
+    lm, _, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", "none", "--adapter", f"mine={x}"]))
+    assert lm is adapters["none"]
+    two = parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}", "--adapter", f"other={y}"])
+    lm, _, adapters = served_models(two)
+    assert lm is adapters["none"]
+    with pytest.warns(SetLLMWarning, match="mine, other served, none of them the default.*'model' on the OpenAI routes"):
+        assert warn_if_no_default(two)
+    assert not warn_if_no_default(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}"]))
