@@ -74,7 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm, judge, adapters = served_models(args)
-    warn_if_no_default(args) or warn_if_untrained(lm, args)
+    if not warn_if_no_default(args):
+        warn_if_untrained(lm, args)
     warn_if_cache_unused(lm, config)
     app = create_app(lm, config, judge, adapters)
     stop_if_interrupted()  # a Ctrl-C that loading swallowed: never start listening after it
