@@ -36,13 +36,13 @@ demo: setup
 	$(BIN)/setllm demo
 
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks research
 
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py

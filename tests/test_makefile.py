@@ -31,6 +31,11 @@ def test_make_test_installs_nothing_outside_the_virtual_environment(tmp_path):
     assert "apt-get" not in test and "chromium" not in test and "sudo" not in test
 
 
+def test_make_test_says_why_each_test_skipped(tmp_path):
+    for target in ("test", "test-fast"):
+        assert "pytest -q -rs" in planned(target, tmp_path), target  # -rs: the summary lists each skip with its reason
+
+
 def test_make_browser_installs_the_browser_and_ci_runs_it_before_the_tests(tmp_path):
     assert "apt-get install -y -qq chromium chromium-driver" in planned("browser", tmp_path)
     steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]

@@ -193,9 +193,10 @@ def write_gguf(path, model, tokenizer) -> None:
     w.close()
 
 
-def tiny_adapter(model_dir: str, path, seed: int = 0, variant: str = "setmask-setpe") -> str:
+def tiny_adapter(model_dir: str, path, seed: int = 0, variant: str = "setmask-setpe", **record) -> str:
     """A seeded random LoRA adapter (rank 4, every linear layer; B not zero, so it changes
-    the model) for the model saved in ``model_dir``, with the ``setllm.json`` training writes."""
+    the model) for the model saved in ``model_dir``, with the ``setllm.json`` training writes
+    (``record``: more of its fields, e.g. ``template``, ``readout``)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -205,5 +206,5 @@ def tiny_adapter(model_dir: str, path, seed: int = 0, variant: str = "setmask-se
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
     get_peft_model(base, config).save_pretrained(path)
-    AdapterInfo(base_model=model_dir, variant=variant).write(path)
+    AdapterInfo(base_model=model_dir, variant=variant, **record).write(path)
     return str(path)

@@ -149,6 +149,30 @@ def test_runs_of_two_adapters_get_two_rows(tmp_path):
                                                       ("Causal Mask+PE", "Pretrained", "Single run")}
 
 
+def test_runs_of_two_base_models_are_never_paired(tmp_path):
+    """Agreement compares two readings of one model: a Gemma baseline is never set beside a
+    SmolLM2 adapter's invariant run (an adapter run pairs with its base model's baseline)."""
+    runs = [load_run(make_run(tmp_path / f"{m}-{v}", variant=v, model=m, adapter="runs/a" if v != "causal-pe" else None))
+            for m in ("gemma3-270m", "smollm2") for v in ("causal-pe", "setmask-setpe")]
+    table = markdown_table(runs)
+    agreed = [line for line in table.splitlines() if line.startswith("- agreement")]
+    assert len(agreed) == 2 and all(line.count("gemma3-270m") in (0, 2) for line in agreed), agreed
+    figures = sorted(p.name for p in save_plots(runs, tmp_path / "plots") if p.name.startswith("agreement"))
+    assert figures == [f"agreement_arc_challenge_causal-mask-pe-{m}-pretrained_vs_setmask-setpe-{m}-finetuned.png"
+                       for m in ("gemma3-270m", "smollm2")]
+
+
+def test_every_run_has_a_runtime_row(tmp_path):
+    """A run of other modes than ``single`` (an invariant run read under ``--modes
+    random,adversarial``) still gets its single-run runtime: the cheapest mode it measured."""
+    runs = [load_run(make_run(tmp_path / "base")),
+            load_run(make_run(tmp_path / "inv", variant="setmask-setpe", modes="random,adversarial"))]
+    runtime = table_rows(markdown_table(runs).split("\n\n", 1)[1].split("\n\n", 1)[1])
+    assert runtime[("SetMask+SetPE", "Pretrained", "Single run")] == [f"{runs[1].summary['runtime_s']['adversarial']:.3g}"]
+    assert runtime[("Causal Mask+PE", "Pretrained", "Single run")] == [f"{runs[0].summary['runtime_s']['single']:.3g}"]
+    assert "SetMask+SetPE (Pretrained) on ARC test: n=3, runtime of its single-run row: its adversarial mode's" in markdown_table(runs)
+
+
 def test_labels_name_rows(tmp_path):
     runs = [load_run(make_run(tmp_path / d, label=f"run {d}")) for d in ("a", "b")]
     assert {k[0] for k in table_rows(markdown_table(runs))} == {"run a", "run b"}

@@ -75,6 +75,30 @@ def test_an_unknown_adapter_is_a_404_naming_what_is_served(client):
                                                         "judge": client.app.state.service.adapters["judge"].origin.adapter, "none": None, "base": None}
 
 
+def test_chat_gives_an_adapter_trained_on_plain_prompts_their_text(model_dir, tmp_path, monkeypatch):
+    """An adapter setllm trained on plain prompts by supervised learning (setllm.json: a
+    template, chat off, no readout) never read the chat template: chat gives it a message's
+    text, as /v1/completions reads it; one trained by preference (a readout) keeps the
+    template. A name not served is the 404 before the messages are read."""
+    bank = AdapterBank.from_pretrained(model_dir, {"plain": tiny_adapter(model_dir, tmp_path / "p", 3, template="modified"),
+                                                   "scorer": tiny_adapter(model_dir, tmp_path / "s", 4, template="modified", readout="mean")})
+    with TestClient(create_app(bank["plain"], ServeConfig(batch_check=False), None, dict(bank))) as client:
+        def ask(route, name, **body):
+            r = client.post(route, json={"model": name, "max_tokens": 4, "temperature": 0, **body})
+            return r.status_code, r.json()
+
+        text = {n: ask("/v1/completions", n, prompt=MARKUP)[1] for n in ("plain", "scorer")}
+        chat = {n: ask("/v1/chat/completions", n, messages=[{"role": "user", "content": MARKUP}])[1] for n in ("plain", "scorer")}
+        assert chat["plain"]["usage"]["prompt_tokens"] == text["plain"]["usage"]["prompt_tokens"]
+        assert chat["plain"]["choices"][0]["message"]["content"] == text["plain"]["choices"][0]["text"]
+        assert chat["scorer"]["usage"]["prompt_tokens"] > text["scorer"]["usage"]["prompt_tokens"]  # the template's tokens around it
+        monkeypatch.setattr(bank.tokenizer, "chat_template", None)
+        code, said = ask("/v1/chat/completions", "scorre", messages=[{"role": "user", "content": "Hi"}])
+        assert code == 404 and "no adapter or model 'scorre'" in said["error"] and "plain, scorer, none, base" in said["error"]
+        code, said = ask("/v1/chat/completions", "scorer", messages=[{"role": "user", "content": "Hi"}])
+        assert code == 400 and "no chat template" in said["error"]
+
+
 def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
     from setllm.cli.serve import served_models
 
@@ -90,3 +114,24 @@ def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
         served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"base={x}"]))
     plain, judge, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", x]))
     assert adapters == {} and judge is None and plain.origin.adapter == x  # one adapter, unmerged, as every command reads it
+
+
+def test_a_model_s_one_named_adapter_is_its_default_reading(model_dir, tmp_path):
+    """No adapter shipped for the model and one ``--adapter NAME=PATH``: the user's adapter
+    answers a request naming none (not the untrained reading); ``--adapter none`` keeps
+    none; with several named, none is the default and the start says how to choose."""
+    from setllm.cli.serve import served_models, warn_if_no_default
+    from setllm.errors import SetLLMWarning
+
+    x, y = tiny_adapter(model_dir, tmp_path / "x", 5), tiny_adapter(model_dir, tmp_path / "y", 6)
+    parser, _ = build_parser("serve")
+    lm, _, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}"]))
+    assert list(adapters) == ["mine", "none", "base"] and lm is adapters["mine"] and lm.origin.adapter == x
+    lm, _, adapters = served_models(parser.parse_args(["serve", "--model", model_dir, "--adapter", "none", "--adapter", f"mine={x}"]))
+    assert lm is adapters["none"]
+    two = parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}", "--adapter", f"other={y}"])
+    lm, _, adapters = served_models(two)
+    assert lm is adapters["none"]
+    with pytest.warns(SetLLMWarning, match="mine, other served, none of them the default.*'model' on the OpenAI routes"):
+        assert warn_if_no_default(two)
+    assert not warn_if_no_default(parser.parse_args(["serve", "--model", model_dir, "--adapter", f"mine={x}"]))

@@ -81,6 +81,27 @@ def test_the_lm_eval_backend_gives_the_same_bits(library, server):
     assert [b[0] for b in backend] == want == served
 
 
+def test_chat_with_the_documents_adapter_answers_as_completions_do(server):
+    """The documents adapter was trained on plain prompts alone: inside the chat template it
+    says EOS first (an empty answer), so chat gives it a message as its text, which the
+    openai SDK (streamed or not) and LangChain's ChatOpenAI read as /v1/completions does."""
+    openai = pytest.importorskip("openai")
+    chat_openai = pytest.importorskip("langchain_openai").ChatOpenAI
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=server, max_retries=0)
+    content = ("Documents:\n{{Document: Bo Lind cooks at Acme.\n||Document: Marta Osei is the CEO of Acme.\n}}"
+               "Question: Who is the CEO of Acme?\nAnswer:")
+    asked = {"model": "documents", "max_tokens": 4, "temperature": 0}
+    want = client.completions.create(prompt=content, **asked).choices[0].text
+    chat = client.chat.completions.create(messages=[{"role": "user", "content": content}], **asked)
+    assert chat.choices[0].message.content == want and "Marta Ose" in want
+    stream = client.chat.completions.create(messages=[{"role": "user", "content": content}], stream=True, **asked)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
+    langchain = chat_openai(base_url="http://testserver/v1", api_key="unused", http_client=server, max_retries=0, **asked)
+    assert langchain.invoke(content).content == want
+    setllm = client.chat.completions.create(messages=[{"role": "user", "content": content}], **{**asked, "model": "setllm", "max_tokens": 1})
+    assert setllm.usage.prompt_tokens > chat.usage.prompt_tokens  # the choose adapter keeps the template (and the base model's chat)
+
+
 def test_the_answer_route_reads_documents_with_the_library_s_adapter(library, server):
     """One verb, one rule: ``/v1/answer`` reads with the adapter ``SetLLM.answer`` reads with
     (the shipped documents adapter, where ``adapter="auto"`` chose another), on the default

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -42,6 +43,19 @@ DRAIN_S = 60  # --drain-s of the fleets that stop with requests open
 def flags(model_dir: str, *more: str) -> list[str]:
     return ["--model", model_dir, "--adapter", "none", "--variant", "sbp", "--cache-mb", "10", "--no-batch-check",
             "--max-batch-size", "2", *more]
+
+
+def ray_temp_dir() -> tempfile.TemporaryDirectory:
+    """A Ray node's ``--temp-dir``: under the temp folder (``$TMPDIR``, else /tmp), where Ray
+    puts its sessions by default too; not under ``tmp_path``, whose long name would not leave
+    Ray's socket paths within their 107 bytes."""
+    return tempfile.TemporaryDirectory(prefix="setllm-ray-")
+
+
+def test_ray_nodes_write_under_tmpdir(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what gettempdir() reads $TMPDIR into
+    with ray_temp_dir() as temp:
+        assert Path(temp).parent == tmp_path
 
 
 @contextmanager
@@ -258,9 +272,7 @@ def test_two_ray_nodes_one_replica_each_the_same_bits_routed_by_documents(model_
     same machine), then `setllm serve --replicas 2 --ray-address`: a CPU per node and per
     replica puts one replica on each node; answers are the single server's; a set of
     documents goes back to the replica that read it, in any order."""
-    import tempfile
-
-    port, temp = free_port(), tempfile.TemporaryDirectory(prefix="setllm-ray-", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    port, temp = free_port(), ray_temp_dir()
     head = ["--head", "--port", str(port), "--num-cpus", "1", "--resources", '{"node_a": 1}', "--include-dashboard", "false",
             "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", "0",
             "--temp-dir", temp.name]

@@ -180,6 +180,28 @@ def test_export_renders_training_data_as_evaluated(tmp_path):
     assert examples[0].response == record.choices[record.label]
 
 
+def test_one_multiple_choice_file_serves_eval_train_and_export(tmp_path):
+    """A user's ``{"question", "choices", "label"}`` file: ``setllm train --data`` trains on it
+    in the template ``setllm eval --data-file`` asks with (the right option the response, the
+    others ranked below it), and ``setllm export data --data-file`` renders it in another."""
+    from setllm.cli import main
+    from setllm.training.examples import load_examples
+
+    path = str(write(tmp_path / "mine.jsonl", [GOOD, {"question": "Which?", "choices": ["a", "b", "c"], "label": 2, "context": "Ctx."}]))
+    records, _ = load_records(get_task(None), data_file=path)  # as setllm eval --data-file reads it
+    examples, _ = load_examples([path])
+    shown = [CUSTOM.modified.render(r, tuple(range(len(r.choices)))) for r in records]
+    assert [e.prompt for e in examples] == [s.prompt for s in shown]
+    assert [(e.response, e.rejected) for e in examples] == [("x", ("y",)), ("c", ("a", "b"))]
+    assert [e.response for e in examples] == [s.options[r.label] for s, r in zip(shown, records)]  # the option eval scores
+    out = tmp_path / "original.jsonl"
+    assert main(["export", "data", "--data-file", path, "--template", "original", "--out", str(out)]) == 0
+    exported, _ = load_examples([str(out)])
+    assert [e.prompt for e in exported] == [CUSTOM.original.render(r, tuple(range(len(r.choices)))).prompt for r in records]
+    with pytest.raises(DataError, match=r'mine.jsonl:1: expected \{"prompt": ..., "response": str\} or a multiple-choice row'):
+        load_examples([str(write(tmp_path / "mine.jsonl", [{"question": "Q?", "answer": "x"}]))])
+
+
 def test_unreadable_files_are_named(tmp_path):
     latin = tmp_path / "latin1.jsonl"
     latin.write_bytes(b'{"question": "Q?", "choices": ["a", "b"], "label": 0}\n{"question": "caf\xe9?", "choices": ["a", "b"], "label": 0}\n')

@@ -5,6 +5,7 @@ exactly what ``setllm eval`` asks under another template (the paper's *original*
 ``Causal Mask+PE*`` rows), export the split and train on the file::
 
     setllm export data --dataset arc_challenge --template original --out arc_orig.jsonl
+    setllm export data --data-file mine.jsonl --template original --out mine_orig.jsonl
     setllm export adapter runs/my-adapter dist/my-adapter --dtype bf16
 """
 
@@ -25,9 +26,13 @@ def add_parser(sub, name: str = "export"):
                        description=textwrap.fill(plain_help(intro) + ("." if examples else ""), 79),
                        epilog="examples:\n" + examples.rstrip() if examples else None, formatter_class=RawHelpFormatter)
     kinds = p.add_subparsers(dest="what", required=True, metavar="WHAT")
-    d = kinds.add_parser("data", help="a benchmark split rendered with an evaluation template, as `setllm train` JSONL",
-                         description='Each line is {"id", "prompt": <JSON set prompt>, "response": <correct option>}, options in the dataset\'s order.')
-    d.add_argument("--dataset", required=True, choices=list(TASKS))
+    d = kinds.add_parser("data", help="a benchmark split (or your own multiple-choice file) rendered with an evaluation template, "
+                                      "as `setllm train` JSONL",
+                         description='Each line is {"id", "prompt": <JSON set prompt>, "response": <correct option>}, options in the '
+                                     'dataset\'s order. (`setllm train --data FILE` reads a --data-file file itself, in the modified template.)')
+    which = d.add_mutually_exclusive_group(required=True)
+    which.add_argument("--dataset", choices=list(TASKS))
+    which.add_argument("--data-file", metavar="F", help="your own JSONL of {question, choices, label, context?}, as `setllm eval --data-file` reads")
     d.add_argument("--template", default="original", choices=list(TEMPLATES), help="default: original")
     d.add_argument("--split", default="train", help="default: train")
     d.add_argument("--data-dir", metavar="D", help="read <D>/<dataset>/<split>.jsonl (default: the HF hub)")
@@ -50,7 +55,7 @@ def add_parser(sub, name: str = "export"):
 def cmd_export_data(args) -> int:
     from ..training.export import export_split
 
-    n = export_split(args.dataset, args.template, args.out, args.split, args.data_dir, args.limit, args.subset_seed)
+    n = export_split(args.dataset, args.template, args.out, args.split, args.data_dir, args.limit, args.subset_seed, args.data_file)
     print(f"{n} examples -> {args.out}", file=sys.stderr)
     return 0
 

@@ -74,12 +74,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = open_socket(config.host, config.port)  # a taken port fails before the model loads
     lm, judge, adapters = served_models(args)
-    warn_if_untrained(lm, args)
+    if not warn_if_no_default(args):
+        warn_if_untrained(lm, args)
     warn_if_cache_unused(lm, config)
     app = create_app(lm, config, judge, adapters)
     stop_if_interrupted()  # a Ctrl-C that loading swallowed: never start listening after it
     serve(app, config, sock)
     return 0
+
+
+def warn_if_no_default(args: argparse.Namespace) -> bool:
+    """Several ``--adapter NAME=PATH`` and no main adapter: which one a request naming none
+    reads with cannot be guessed; said once at start, with how to choose (True: said)."""
+    if args.adapter != "auto" or len(args.named_adapters) < 2 or config_from_args(LoadOptions, args).adapter_path("choose"):
+        return False
+    names = ", ".join(n for n, _ in args.named_adapters)
+    warnings.warn(f"--adapter NAME=PATH: {names} served, none of them the default: a request naming no adapter reads with 'none' "
+                  f"(no adapter, the untrained Set-LLM reading); name one in each request ('model' on the OpenAI routes, 'adapter' "
+                  f"on setllm's), or make one the default with --adapter PATH", SetLLMWarning, stacklevel=2)
+    return True
 
 
 def warn_if_cache_unused(lm, config: ServeConfig) -> None:
@@ -131,7 +144,9 @@ def served_models(args: argparse.Namespace):
     elif main:  # --adapter DIR beside NAME=PATH ones: served under its folder's name
         main_name = Path(main).name
         paths = {main_name: main}
-    else:  # --adapter none: every adapter off, read as --adapter none reads everywhere
+    elif options.adapter == "auto" and len(named) == 1:  # no adapter shipped for this model: the user's one is the default reading
+        paths, main_name = {}, next(iter(named))
+    else:  # --adapter none (or several of the user's, none picked): every adapter off, read as --adapter none reads everywhere
         paths, main_name = {}, NONE
     clash = set(named) & {*paths, NONE, BASE}
     if clash:

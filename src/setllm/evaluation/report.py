@@ -10,8 +10,8 @@ different models or adapters get rows of their own, named with the part of the m
 adapter path that tells them apart; two runs landing in one cell are refused, and a ``|`` in a
 name is escaped. Figures (the paper's Appendix E.8): for each run with a majority vote,
 accuracy by the winning option's vote count; for each pair of an order-sensitive majority-vote
-run and an invariant-variant run on the same dataset and split, the rate at which the two pick
-the same option, by vote count.
+run and an invariant-variant run of the same base model on the same dataset and split, the rate
+at which the two pick the same option, by vote count.
 """
 
 from __future__ import annotations
@@ -62,6 +62,13 @@ class Run:
         """Its answers may depend on the option order (not an invariant variant reading a set)."""
         s = self.summary
         return not (s["invariant"] and s["template"] in SET_TEMPLATES) and not s["one_run_per_question"]
+
+    @property
+    def single_cost(self) -> str:
+        """The mode whose runtime its single-run row shows: ``single``, else (a run of other
+        modes alone, ``--modes random,adversarial``) the cheapest it measured, named in the notes."""
+        t = self.summary["runtime_s"]
+        return "single" if "single" in t else min(t, key=t.get)
 
     @property
     def training(self) -> str:
@@ -186,9 +193,10 @@ def markdown_table(runs: list[Run]) -> str:
         acc[(run.name, run.training, "Single run")][d] = (a.get("random", "-"), a.get("adversarial", "-"))
         if "majority" in a and run.order_sensitive:  # for an invariant run it equals the single run
             acc[(run.name, run.training, "Majority Vote")][d] = (a["majority"], a["majority"])
-        for mode in ("single", "majority") if run.order_sensitive else ("single",):
-            if mode in t:
-                time[(run.name, run.training, "Majority Vote" if mode == "majority" else "Single run")][d] = t[mode]
+        if t:
+            time[(run.name, run.training, "Single run")][d] = t[run.single_cost]
+        if "majority" in t and run.order_sensitive:
+            time[(run.name, run.training, "Majority Vote")][d] = t["majority"]
     cols = [c for d in datasets for c in (f"{column(d)} Rand.", f"{column(d)} Adv.")]
     lines = [_row(["Model", "Training", "Eval. Mode", *cols]), "|" + "---|" * (3 + len(cols))]
     for key, cells in acc.items():
@@ -270,10 +278,16 @@ def vote_accuracy(run: Run, seed: int = 0) -> dict[int, tuple[int, int]]:
 
 
 def pairs(runs: list[Run]) -> list[tuple[Run, Run]]:
-    """(order-sensitive majority-vote run, invariant run) on the same dataset and split."""
+    """(order-sensitive majority-vote run, invariant run) on the same dataset and split and of
+    the same base model: how often one model's two readings agree (an adapter is a reading of
+    its base model; another model's picks say nothing about it)."""
     base = [r for r in runs if "majority" in r.summary["accuracy"] and r.order_sensitive]
     inv = [r for r in runs if r.summary["invariant"] and r.summary["template"] in SET_TEMPLATES]
-    return [(b, s) for b in base for s in inv if (b.summary["dataset"], b.summary["split"]) == (s.summary["dataset"], s.summary["split"])]
+    return [(b, s) for b in base for s in inv if _paired_on(b) == _paired_on(s)]
+
+
+def _paired_on(run: Run) -> tuple[str, str, str]:
+    return run.summary["dataset"], run.summary["split"], run.source[0]
 
 
 def save_plots(runs: list[Run], out_dir: str | Path, what: str = "plot folder") -> list[Path]:
@@ -390,6 +404,8 @@ def _notes(runs: list[Run]) -> list[str]:
         line = f"- {run.title} on {column(s['dataset'])} {s['split']}: n={s['n']}"
         if run.order_sensitive and "single" in s["accuracy"]:  # not Rand.: it has no column
             line += f", accuracy in the dataset's option order (single): {s['accuracy']['single']:.2f}%"
+        if s["runtime_s"] and run.single_cost != "single":
+            line += f", runtime of its single-run row: its {run.single_cost} mode's (no single run measured)"
         if o.get("max") and not s["one_run_per_question"]:
             line += f", at most {o['max']} orderings per question ({o['choice']}, seed {o['seed']})"
         if "invariance_flips" in s:

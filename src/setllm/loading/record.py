@@ -64,6 +64,16 @@ class AdapterInfo:
         payload = {k: v for k, v in dataclasses.asdict(self).items() if not (k == "readout" and v is None)} | extra
         (Path(adapter_dir) / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n")
 
+    @property
+    def answers_plain_prompts(self) -> bool:
+        """Trained by setllm to generate answers after plain prompts (supervised, the chat
+        template off): the template's roles and tokens are text it never read, and inside
+        them it may answer nothing at all (the shipped documents adapter gives EOS first).
+        setllm records a template for every adapter it trains and a readout for preference
+        training alone (:func:`setllm.training.run.save`), which trains a scorer that keeps
+        the base model's chat."""
+        return self.template is not None and not self.chat and self.readout is None
+
     def check_template(self, asked: str) -> None:
         """Warn when prompts are read with another template than the training data's."""
         if self.template is not None and asked != self.template:

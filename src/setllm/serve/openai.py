@@ -217,7 +217,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
         raise BadRequest("tools: not supported")
     if body.response_format and body.response_format.get("type", "text") != "text":
         raise BadRequest("response_format: only {\"type\": \"text\"} is supported")
-    prompt = service.chat([m.model_dump() for m in body.messages])
+    prompt = service.chat([m.model_dump() for m in body.messages], body.model)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
     if body.stream:
@@ -334,7 +334,7 @@ async def responses(body: ResponsesRequest, request: Request, response: Response
     _name_ignored(body, response)
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
-    prompt = service.chat(_responses_messages(body))
+    prompt = service.chat(_responses_messages(body), body.model)
     config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
     events = _ResponseEvents(body, service.answered_by(body.model))
     if body.stream:

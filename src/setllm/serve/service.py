@@ -17,7 +17,7 @@ from .. import verbs
 from ..api import DOCUMENTS
 from ..core import doccache
 from ..core.chat import chat_prompt
-from ..core.prompt import SetPrompt
+from ..core.prompt import SetPrompt, parse_markup, template_prompt
 from ..core.values import GenerationConfig
 from ..loading import Origin
 from ..policy import verdict
@@ -234,8 +234,14 @@ class Service:
                                 f"got {config.max_new_tokens}")
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
-    def chat(self, messages: Sequence[dict]) -> SetPrompt:
-        """Chat messages as the prompt the model reads (:func:`setllm.core.chat.chat_prompt`)."""
+    def chat(self, messages: Sequence[dict], adapter: str | None = None) -> SetPrompt:
+        """Chat messages as the prompt the model named ``adapter`` reads (a name not served
+        is its 404, before the messages are read): in the chat template
+        (:func:`setllm.core.chat.chat_prompt`), or, for an adapter trained on plain prompts
+        alone (:attr:`setllm.loading.AdapterInfo.answers_plain_prompts`), as it was trained:
+        the messages' text (:func:`plain_messages`)."""
+        if self.models[self.engine_key(adapter)].origin.trained_as.answers_plain_prompts:
+            return plain_messages(messages)
         return chat_prompt(self.lm.tokenizer, messages, strip_bos=self.lm.codec.bos)
 
     # -- input ------------------------------------------------------------------------------
@@ -296,3 +302,11 @@ class Service:
                 "setllm_document_cache_disk_max_bytes": ("The folder's bound in bytes (--cache-dir-mb).", lambda: stat().disk_max_bytes)}
 
 
+def plain_messages(messages: Sequence[dict]) -> SetPrompt:
+    """The messages' contents, a blank line between them, with no role or template token:
+    a one-message chat reads as its text does on ``/v1/completions`` (``{{a||b}}`` markup in
+    each message makes a set, as in the template)."""
+    segments: list = []
+    for i, message in enumerate(messages):
+        segments += [*(["\n\n"] if i else []), *parse_markup(message["content"]).segments]
+    return template_prompt(segments)

@@ -5,7 +5,9 @@ modified template: ``Question / Choices as a set / Answer``, SIQA with its instr
 context and no numbering), the word ``ultrafeedback`` (instruction -> chosen response, see
 :mod:`setllm.tasks.ultrafeedback`), ``ultrafeedback-judge`` (the same pairs as judge examples:
 both responses as a set, the chosen one as the response, see :mod:`setllm.tasks.judge`), or a
-path to a JSONL file of ``{"prompt": <set prompt>, "response": str}``, of judge rows
+path to a JSONL file of ``{"prompt": <set prompt>, "response": str}``, of multiple-choice rows
+``{"question", "choices", "label", "context"?}`` (a ``setllm eval --data-file`` file, in the
+template that command asks with), of judge rows
 ``{"instruction", "candidates", "label"}`` or of documents rows ``{"documents", "question",
 "answer", "gold"?}`` (:mod:`setllm.tasks.documents`, the gold document at a seeded random
 position); ``spec:N`` takes N examples of it.
@@ -101,15 +103,21 @@ def documents_example(obj: object, where: str) -> Example:
 
 def prompt_response_example(obj: object, where: str) -> Example | None:
     """A user record ``{"prompt": <set prompt>, "response": str}`` (the prompt in JSON form,
-    or one string read as markup, :mod:`setllm.core.prompt`), a judge row
-    ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents", "question", "answer"}``."""
+    or one string read as markup, :mod:`setllm.core.prompt`), a multiple-choice row
+    ``{"question", "choices", "label", "context"?}`` (the file ``setllm eval --data-file``
+    reads, rendered as it renders it: :data:`setllm.tasks.CUSTOM`'s modified template), a
+    judge row ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents",
+    "question", "answer"}``."""
     if isinstance(obj, dict) and "candidates" in obj:
         return judge_example(obj, where)
     if isinstance(obj, dict) and "documents" in obj:
         return documents_example(obj, where)
+    if isinstance(obj, dict) and "choices" in obj:
+        return mc_example(obj, where)
     if not isinstance(obj, dict) or set(obj) - {"prompt", "response", "id"} or not {"prompt", "response"} <= set(obj):
         keys = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
-        raise DataError(f"{where}: expected {{\"prompt\": ..., \"response\": str}}, got {keys}")
+        raise DataError(f"{where}: expected {{\"prompt\": ..., \"response\": str}} or a multiple-choice row {{\"question\", "
+                        f"\"choices\", \"label\"}} (as `setllm eval --data-file` reads), got {keys}")
     if not isinstance(obj["response"], str) or not obj["response"].strip():
         raise DataError(f"{where}: 'response' must be a non-empty string")
     try:

@@ -14,12 +14,13 @@ from ..loading import METADATA_FILE, AdapterInfo, make_adapter_portable
 from ..tasks import get_task, load_records
 
 
-def export_split(dataset: str, template: str, out: str | Path, split: str = "train", data_dir: str | None = None,
-                 limit: int | None = None, subset_seed: int | None = None) -> int:
-    """Write a split rendered with ``template`` as ``{"id", "prompt", "response"}`` lines;
-    returns the number of examples."""
+def export_split(dataset: str | None, template: str, out: str | Path, split: str = "train", data_dir: str | None = None,
+                 limit: int | None = None, subset_seed: int | None = None, data_file: str | None = None) -> int:
+    """Write a split (or ``data_file``, a user's multiple-choice rows; ``dataset`` None: the
+    generic templates, as ``setllm eval --data-file`` reads it) rendered with ``template`` as
+    ``{"id", "prompt", "response"}`` lines; returns the number of examples."""
     task = get_task(dataset)
-    records, _ = load_records(task, split, data_dir, None, limit, subset_seed)
+    records, _ = load_records(task, split, data_dir, data_file, limit, subset_seed)
     render = task.template(template).render
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
