@@ -69,7 +69,7 @@ BAD = [
     ("/v1/responses", {"input": "hi", "previous_response_id": "resp_1"}, 400, "previous_response_id: this server keeps no responses"),
     ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, 400, "input[0]: only text messages"),
     ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400, "input[0].content: a string"),
-    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_object"}}}, 400, "text.format: only"),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "xml"}}}, 400, "text.format.type: one of text, json_object, json_schema"),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 1000, "stream": True}, 422, "max_output_tokens: at most 512"),
     ("/v1/generate", {"prompt": "x", "adapter": "nope", "stream": True}, 404, "no adapter or model 'nope'"),
 ]

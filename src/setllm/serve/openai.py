@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
-from . import declare
+from . import declare, structured
 from .errors import BadRequest
 from .schemas import ERRORS, SEED_MAX, stop_form
 from .streaming import DONE, Chunks, Started, sse, streamed
@@ -188,16 +188,20 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
     a text prompt may carry setllm markup, token ids are read as plain text. ``stream``:
     server-sent chunks, ``data: [DONE]`` last."""
     service = request.app.state.service
+    shape = structured.vllm_constraint(body)  # before the ignored fields are named: vLLM's are read
     _name_ignored(body, response)
     _refuse_unsupported(body, COMPLETION_UNSUPPORTED)
     if body.max_tokens == 0 and not body.echo:
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
+    if shape is not None and (body.echo or body.logprobs is not None or body.max_tokens == 0):
+        raise BadRequest("structured_outputs: not with echo, logprobs or max_tokens 0")
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
+    generate = _generation(service, shape, show=True)
     if body.stream:
-        jobs = [lambda sink, p=p: service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
+        jobs = [lambda sink, p=p: generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
         return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
-    outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
+    outs = await asyncio.gather(*(generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
     return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model), choices=choices,
@@ -211,19 +215,20 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     markup in a message makes a set (the template's own tokens are never inside one).
     ``stream``: server-sent ``chat.completion.chunk`` objects, ``data: [DONE]`` last."""
     service = request.app.state.service
+    shape = structured.chat_constraint(body)  # before the ignored fields are named: vLLM's are read
     _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
     if body.tools:
         raise BadRequest("tools: not supported")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise BadRequest("response_format: only {\"type\": \"text\"} is supported")
-    prompt = service.chat([m.model_dump() for m in body.messages])
+    shown = [structured.shown_message(shape, service.lm.exact)] if shape is not None else []
+    prompt = service.chat([*shown, *(m.model_dump() for m in body.messages)])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
+    generate = _generation(service, shape)
     if body.stream:
-        job = lambda sink: service.generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
+        job = lambda sink: generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
         return await _streamed([job], _ChatChunks(body, service.answered_by(body.model)), response)
-    out = await service.generate(prompt, config, field, adapter=body.model)
+    out = await generate(prompt, config, field, adapter=body.model)
     choice = ChatChoice(index=0, message=ChatMessage(role="assistant", content=out.text), finish_reason=out.finish_reason)
     return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
                         choices=[choice], usage=_usage([out]))
@@ -305,6 +310,15 @@ class _ChatChunks(_Chunks):
         return [*([self.delta({"content": last})] if last else []), self.delta({}, out.finish_reason)]
 
 
+def _generation(service, shape, show: bool = False):
+    """How a route generates: the service's batched generation, or the structured answer under
+    ``shape`` (shown to the model before the prompt where ``show``; chat shows it in a message)."""
+    if shape is None:
+        return service.generate
+    return lambda prompt, config, field, logprobs=None, echo=False, adapter=None, stream=None: structured.answer(
+        service, prompt, shape, config, field, adapter, stream, show)
+
+
 def _generation_config(body, max_tokens: int) -> GenerationConfig:
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerationConfig(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=stop)
@@ -334,13 +348,16 @@ async def responses(body: ResponsesRequest, request: Request, response: Response
     _name_ignored(body, response)
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
-    prompt = service.chat(_responses_messages(body))
+    shape = structured.responses_constraint(body)
+    shown = [structured.shown_message(shape, service.lm.exact)] if shape is not None else []
+    prompt = service.chat([*shown, *_responses_messages(body)])
     config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
     events = _ResponseEvents(body, service.answered_by(body.model))
+    generate = _generation(service, shape)
     if body.stream:
-        job = lambda sink: service.generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
+        job = lambda sink: generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
         return await _streamed([job], events, response)
-    out = await service.generate(prompt, config, "max_output_tokens", adapter=body.model)
+    out = await generate(prompt, config, "max_output_tokens", adapter=body.model)
     return events.response(out.text, out)
 
 
@@ -349,8 +366,6 @@ def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
         raise BadRequest("tools: not supported; this server answers with text (an openai-agents Agent without tools works)")
     if body.tool_choice not in (None, "auto", "none"):
         raise BadRequest("tool_choice: not supported; this server answers with text")
-    if body.text and (body.text.get("format") or {}).get("type", "text") != "text":
-        raise BadRequest("text.format: only {\"type\": \"text\"} is supported")
     if body.previous_response_id is not None or body.conversation is not None:
         field = "previous_response_id" if body.previous_response_id is not None else "conversation"
         raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
@@ -407,7 +422,7 @@ class _ResponseEvents(_Chunks):
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "parallel_tool_calls": False,
                 "temperature": b.temperature, "top_p": b.top_p, "tool_choice": b.tool_choice or "auto", "tools": [],
-                "text": {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
+                "text": b.text or {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
                 "previous_response_id": None}
 
     def message(self, text: str, status: str) -> dict:

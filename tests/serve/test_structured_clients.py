@@ -1,0 +1,96 @@
+"""Structured outputs on `setllm serve` through real clients over a loopback port (a tiny random
+model): the openai SDK's ``chat.completions.parse`` and ``responses.parse`` with a pydantic model,
+``json_object``, vLLM's ``structured_outputs`` and ``guided_*`` fields, LangChain's
+``with_structured_output``; permuting an enum or a choice list changes no byte; streamed pieces
+join to the unstreamed bytes; a bad schema is a 400 naming its path."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import pytest
+from pydantic import BaseModel, create_model
+from serve_helpers import running
+from tiny import tiny_model, tiny_tokenizer
+
+from setllm import SetLLM
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("llguidance")
+LABELS = ("positive", "negative", "neutral")
+MESSAGES = [{"role": "user", "content": "The soup was cold. Sentiment?"}]
+
+
+def verdict(labels: tuple[str, ...]) -> type[BaseModel]:
+    """A pydantic model whose Literal lists ``labels`` in this order."""
+    return create_model("Verdict", label=(Literal[labels], ...), sure=(bool, ...))
+
+
+@pytest.fixture(scope="module")
+def url():
+    lm = SetLLM(tiny_model("llama", max_position_embeddings=2048), tiny_tokenizer(), "setmask-setpe")  # room for the schema shown
+    with running(lm) as (_, _, url):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def test_parse_with_a_pydantic_model_is_order_free(client):
+    outs = [client.chat.completions.parse(model="setllm", messages=MESSAGES, response_format=verdict(order), temperature=0, max_tokens=64)
+            for order in (LABELS, LABELS[::-1])]
+    assert all(o.choices[0].message.parsed.label in LABELS for o in outs)
+    assert outs[0].choices[0].message.content == outs[1].choices[0].message.content
+
+
+def test_responses_parse_and_json_object(client):
+    out = client.responses.parse(model="setllm", input="The soup was cold.", text_format=verdict(LABELS), max_output_tokens=64)
+    assert out.output_parsed.label in LABELS
+    obj = client.chat.completions.create(model="setllm", messages=MESSAGES, response_format={"type": "json_object"}, max_tokens=64)
+    if obj.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+def test_vllm_choice_on_chat_and_completions_and_guided_names(client):
+    said = set()
+    for order in (list(LABELS), list(LABELS[::-1])):
+        chat = client.chat.completions.create(model="setllm", messages=MESSAGES, extra_body={"structured_outputs": {"choice": order}})
+        text = client.completions.create(model="setllm", prompt="The soup was cold. Sentiment:", max_tokens=8,
+                                         extra_body={"guided_choice": order})
+        said |= {("chat", chat.choices[0].message.content), ("text", text.choices[0].text)}
+    assert len(said) == 2 and {t for _, t in said} <= set(LABELS)
+    regex = client.completions.create(model="setllm", prompt="Code:", max_tokens=8, extra_body={"structured_outputs": {"regex": "[0-9]{3}"}})
+    assert len(regex.choices[0].text) == 3 and regex.choices[0].text.isdigit()
+
+
+def test_streamed_pieces_join_to_the_answer(client):
+    form = {"type": "json_schema", "json_schema": {"name": "v", "schema": verdict(LABELS).model_json_schema(), "strict": True}}
+    whole = client.chat.completions.create(model="setllm", messages=MESSAGES, response_format=form, max_tokens=64)
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="setllm", messages=MESSAGES, response_format=form, max_tokens=64, stream=True) if c.choices]
+    assert len([p for p in pieces if p]) > 1 and "".join(pieces) == whole.choices[0].message.content
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": {"type": "object", "properties": {"a": {"type": "nope"}}}}}},
+     "response_format.json_schema.schema: schema.properties.a.type: "),
+    ({"structured_outputs": {"regex": "[a-"}}, "regex: the grammar engine cannot compile it"),
+    ({"guided_decoding_backend": "xgrammar"}, "guided_decoding_backend: not supported (the grammar engine is llguidance); use structured_outputs"),
+    ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs: one of"),
+    ({"response_format": {"type": "xml"}}, "response_format.type: one of text, json_object, json_schema"),
+])
+def test_bad_structure_is_a_400_naming_it(url, body, words):
+    r = httpx.post(f"{url}/v1/chat/completions", json={"messages": MESSAGES, **body}, timeout=30)
+    error = r.json()["error"]
+    assert r.status_code == 400 and words in (error["message"] if isinstance(error, dict) else error), r.text  # OpenAI's shape or setllm's
+
+
+def test_langchain_with_structured_output(url):
+    langchain = pytest.importorskip("langchain_openai")
+    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model="setllm", temperature=0, max_tokens=64, max_retries=0)
+    out = chat.with_structured_output(verdict(LABELS), method="json_schema").invoke("The soup was cold. Sentiment?")
+    assert out.label in LABELS
