@@ -61,7 +61,7 @@ BAD = [
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 422, "messages[0].role: Input should be"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}], "stream": True}, 400, "markup"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs: logprobs are not supported on chat"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools: not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools[0]: a function needs a name"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}]}, 400, "markup"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}, 422, "max_tokens: at most 512"),
     ("/v1/responses", {"input": []}, 422, "input: "),

@@ -69,9 +69,9 @@ def test_vllm_choice_on_chat_and_completions_and_guided_names(client):
 
 def test_streamed_pieces_join_to_the_answer(client):
     form = {"type": "json_schema", "json_schema": {"name": "v", "schema": verdict(LABELS).model_json_schema(), "strict": True}}
-    whole = client.chat.completions.create(model="setllm", messages=MESSAGES, response_format=form, max_tokens=64)
+    whole = client.chat.completions.create(model="setllm", messages=MESSAGES, response_format=form, max_tokens=64, temperature=0)
     pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model="setllm", messages=MESSAGES, response_format=form, max_tokens=64, stream=True) if c.choices]
+        model="setllm", messages=MESSAGES, response_format=form, max_tokens=64, temperature=0, stream=True) if c.choices]
     assert len([p for p in pieces if p]) > 1 and "".join(pieces) == whole.choices[0].message.content
 
 
@@ -93,4 +93,59 @@ def test_langchain_with_structured_output(url):
     langchain = pytest.importorskip("langchain_openai")
     chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model="setllm", temperature=0, max_tokens=64, max_retries=0)
     out = chat.with_structured_output(verdict(LABELS), method="json_schema").invoke("The soup was cold. Sentiment?")
+    assert out.label in LABELS
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 6}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "description": "Add two digits.", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["a", "b"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_tool_calls_are_order_free_and_continue(client):
+    outs = [client.chat.completions.create(model="setllm", messages=ASK, tools=order, tool_choice="required", max_tokens=96, temperature=0)
+            for order in ([WEATHER, ADD], [ADD, WEATHER])]
+    calls = [o.choices[0].message.tool_calls[0] for o in outs]
+    assert all(o.choices[0].finish_reason == "tool_calls" for o in outs)
+    assert calls[0].function.name == calls[1].function.name and calls[0].function.arguments == calls[1].function.arguments
+    json.loads(calls[0].function.arguments)  # the arguments parse
+    named = client.chat.completions.create(model="setllm", messages=ASK, tools=[WEATHER, ADD], max_tokens=96,
+                                           tool_choice={"type": "function", "function": {"name": "add"}})
+    args = json.loads(named.choices[0].message.tool_calls[0].function.arguments)
+    assert named.choices[0].message.tool_calls[0].function.name == "add" and set(args) == {"a", "b"}
+    call = named.choices[0].message.tool_calls[0]
+    after = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+             {"role": "tool", "tool_call_id": call.id, "content": "7"}]
+    none = client.chat.completions.create(model="setllm", messages=after, tools=[WEATHER, ADD], tool_choice="none", max_tokens=8)
+    assert none.choices[0].message.tool_calls is None and none.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_streamed_call_joins_to_the_call(client):
+    kwargs = {"model": "setllm", "messages": ASK, "tools": [WEATHER, ADD], "tool_choice": "required", "max_tokens": 96, "temperature": 0}
+    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls[0]
+    deltas = [c.choices[0].delta for c in client.chat.completions.create(**kwargs, stream=True) if c.choices]
+    parts = [t for d in deltas for t in d.tool_calls or []]
+    assert parts[0].function.name == whole.function.name and parts[0].id
+    assert "".join(p.function.arguments or "" for p in parts) == whole.function.arguments
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"tools": [{"type": "code_interpreter"}]}, "tools[0]: only function tools"),
+    ({"tools": [WEATHER, WEATHER]}, "tools: two tools are named 'get_weather'"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice: names 'nope'"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "obj"}}}]}, "tools[0].parameters.type: "),
+])
+def test_bad_tools_are_a_400_naming_them(url, body, words):
+    test_bad_structure_is_a_400_naming_it(url, body, words)
+
+
+def test_langchain_bind_tools_and_function_calling(url):
+    langchain = pytest.importorskip("langchain_openai")
+    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model="setllm", temperature=0, max_tokens=96, max_retries=0)
+    said = chat.bind_tools([WEATHER, ADD], tool_choice="add").invoke("Add 2 and 3.")
+    assert said.tool_calls[0]["name"] == "add" and set(said.tool_calls[0]["args"]) == {"a", "b"}
+    out = chat.with_structured_output(verdict(LABELS), method="function_calling").invoke("The soup was cold. Sentiment?")
     assert out.label in LABELS

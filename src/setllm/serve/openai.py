@@ -10,6 +10,7 @@ named here is importable at module level.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -20,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
-from . import declare, structured
+from . import declare, structured, tools
 from .errors import BadRequest
 from .schemas import ERRORS, SEED_MAX, stop_form
 from .streaming import DONE, Chunks, Started, sse, streamed
@@ -119,10 +120,15 @@ class CompletionResponse(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    """A message; an assistant's may hold ``tool_calls`` (then no content), a ``tool`` message
+    the result of the call ``tool_call_id`` names."""
+
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict] | None = None
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
 
 class ChatRequest(OpenAIRequest):
@@ -134,6 +140,8 @@ class ChatRequest(OpenAIRequest):
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # one call at most: either way
     response_format: dict | None = None
 
 
@@ -141,7 +149,7 @@ class ChatChoice(BaseModel):
     index: int
     message: ChatMessage
     logprobs: None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class ChatResponse(BaseModel):
@@ -218,18 +226,22 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     shape = structured.chat_constraint(body)  # before the ignored fields are named: vLLM's are read
     _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
-    if body.tools:
-        raise BadRequest("tools: not supported")
-    shown = [structured.shown_message(shape, service.lm.exact)] if shape is not None else []
-    prompt = service.chat([*shown, *(m.model_dump() for m in body.messages)])
+    offer = tools.offered(body)
+    shown = [*([tools.shown_message(offer, service.lm.exact)] if offer is not None else []),
+             *([structured.shown_message(shape, service.lm.exact)] if shape is not None else [])]
+    prompt = service.chat([*shown, *tools.as_template([m.model_dump() for m in body.messages])])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
     generate = _generation(service, shape)
+    if offer is not None:  # a call, or (auto, none) the text answer
+        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
         job = lambda sink: generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
-        return await _streamed([job], _ChatChunks(body, service.answered_by(body.model)), response)
+        return await _streamed([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)
     out = await generate(prompt, config, field, adapter=body.model)
-    choice = ChatChoice(index=0, message=ChatMessage(role="assistant", content=out.text), finish_reason=out.finish_reason)
+    calls = getattr(out, "tool_calls", None)
+    message = ChatMessage(role="assistant", content=None if calls else out.text, tool_calls=calls)
+    choice = ChatChoice(index=0, message=message, finish_reason=out.finish_reason)
     return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
                         choices=[choice], usage=_usage([out]))
 

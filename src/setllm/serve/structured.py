@@ -41,6 +41,7 @@ class Out:
     finish_reason: str
     prompt_text: str = ""
     tokens: list = field(default_factory=list)
+    tool_calls: list | None = None  # OpenAI's, where the answer is a call (:mod:`.tools`)
 
 
 def chat_constraint(body) -> Spec | None:

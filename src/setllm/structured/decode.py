@@ -75,11 +75,11 @@ def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig,
     for step in plan.steps:
         left = config.max_new_tokens - len(ids)
         if isinstance(step, Text):
-            new, complete = _text_ids(reader, step.text), True
+            new, complete = text_ids(reader, step.text), True
         elif isinstance(step, Pick):
-            new, complete = _text_ids(reader, _pick(reader, _prefix(prompt, ids), step)), True
+            new, complete = text_ids(reader, _pick(reader, prefix(prompt, ids), step)), True
         else:
-            new, complete = _free(reader, _prefix(prompt, ids), step, config, left)
+            new, complete = _free(reader, prefix(prompt, ids), step, config, left)
         complete = complete and len(new) <= left
         new = new[:left]
         ids += new
@@ -88,12 +88,12 @@ def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig,
             return
 
 
-def _text_ids(reader, text: str) -> list[int]:
+def text_ids(reader, text: str) -> list[int]:
     """Text as the answer's tokens: tokenized alone (the model sees it as if it had written it)."""
     return reader.tokenizer.encode(text, add_special_tokens=False)
 
 
-def _prefix(prompt: EncodedPrompt, ids: list[int]) -> EncodedPrompt:
+def prefix(prompt: EncodedPrompt, ids: list[int]) -> EncodedPrompt:
     """The prompt and the answer so far, read as one prompt (the answer is plain text)."""
     n = len(ids)
     return EncodedPrompt(prompt.input_ids + ids, prompt.set_ids + [NOT_IN_SET] * n, prompt.element_ids + [NOT_IN_SET] * n, prompt.prompt)
@@ -103,7 +103,7 @@ def _pick(reader, prefix: EncodedPrompt, step: Pick) -> str:
     """The best of ``step.values`` as the continuation of ``prefix``: each scored alone after it
     (with EOS where the value ends the answer, as ``choose`` scores an option)."""
     eos = step.last and reader.options.eos
-    options = [_text_ids(reader, v) + ([reader.tokenizer.eos_token_id] if eos else []) for v in step.values]
+    options = [text_ids(reader, v) + ([reader.tokenizer.eos_token_id] if eos else []) for v in step.values]
     request = reader.encoded_request(prefix, options, step.path)
     [scores] = reader.score_encoded([request])
     return pick(scoring.to_option_scores(step.values, scores)).answer
