@@ -149,3 +149,37 @@ def test_langchain_bind_tools_and_function_calling(url):
     assert said.tool_calls[0]["name"] == "add" and set(said.tool_calls[0]["args"]) == {"a", "b"}
     out = chat.with_structured_output(verdict(LABELS), method="function_calling").invoke("The soup was cold. Sentiment?")
     assert out.label in LABELS
+
+
+def test_openai_agents_output_type_and_a_function_tool(url):
+    """An Agent with a pydantic ``output_type``, and one with a function tool it must call once
+    (``tool_choice="required"``, reset to auto after the call, the Agent's default); run and streamed."""
+    import asyncio
+
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    model = agents.OpenAIChatCompletionsModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0))
+    settings = agents.ModelSettings(temperature=0, max_tokens=96)
+    judged = agents.Agent(name="judge", instructions="Judge the sentiment.", model=model, model_settings=settings, output_type=verdict(LABELS))
+    seen = []
+
+    @agents.function_tool
+    def get_weather(city: Literal["Paris", "Rome"]) -> str:  # a random model's free string would run to max_tokens
+        """The weather in a city."""
+        seen.append(city)
+        return "sunny"
+
+    helper = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=model, tools=[get_weather],
+                          model_settings=agents.ModelSettings(temperature=0, max_tokens=64, tool_choice="required"))
+
+    async def main():
+        out = await agents.Runner.run(judged, "The soup was cold.")
+        streamed = agents.Runner.run_streamed(judged, "The soup was cold.")
+        async for _ in streamed.stream_events():
+            pass
+        called = await agents.Runner.run(helper, "Weather in Paris?", max_turns=3)
+        return out, streamed, called
+
+    out, streamed, called = asyncio.run(main())
+    assert out.final_output.label in LABELS and streamed.final_output == out.final_output
+    assert len(seen) == 1 and isinstance(called.final_output, str)

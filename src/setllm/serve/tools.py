@@ -65,8 +65,9 @@ def as_template(messages: list[dict]) -> list[dict]:
         if isinstance(content, list):
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         if m.get("tool_calls"):
-            content = "\n".join(json.dumps({"name": c["function"]["name"], "arguments": json.loads(c["function"].get("arguments") or "{}")},
-                                           separators=(",", ":")) for c in m["tool_calls"])
+            # as the call was written (its arguments' text as sent: a call cut short by its tokens too)
+            content = "\n".join(f'{calls.OPENING}{json.dumps(c["function"]["name"])}{calls.ARGUMENTS}{c["function"].get("arguments") or "{}"}}}'
+                                for c in m["tool_calls"])
         if m["role"] == "tool":
             out.append({"role": "user", "content": f"Result of {names.get(m.get('tool_call_id')) or 'the tool'}: {content or ''}"})
         else:
