@@ -2,7 +2,7 @@
 a few schemas' first compile, and the per-token cost of the mask (fill the next-token
 bitmask, then accept the token) along a valid answer of each schema. One thread.
 
-    python benchmarks/bench_grammar.py [--tokenizer DIR] [--repeat 5]
+    python benchmarks/bench_grammar.py [--tokenizer DIR] [--repeat 5] [--decode]
 
 Each engine is imported only if installed (``pip install xgrammar==0.2.8`` /
 ``llguidance==1.9.1``); the numbers are medians over ``--repeat`` runs.
@@ -96,10 +96,35 @@ class LLGuidance:
         return spent
 
 
+def decode_cost(repeat: int) -> None:
+    """The embedded model's decoding per token, free and under a grammar (the project's loop),
+    side by side on one prompt; and a schema's first plan against the request it serves."""
+    import setllm
+    from setllm.structured import plan, spec
+
+    lm = setllm.SetLLM.from_pretrained()
+    prompt, n = "List twenty animals, one per line:\n", 48
+    config = setllm.GenerationConfig(max_new_tokens=n, stop=[])
+    [(_, free_ids)] = lm.generate_encoded([lm.encode(prompt)], config)
+    free = median_ms(lambda: lm.generate_encoded([lm.encode(prompt)], config), repeat) / len(free_ids)
+    shape = spec(regex="[a-z\n]{48,}")  # an answer that runs to the budget, as the free one does
+    ids = len(lm.generate_structured(prompt, shape, config, show=False).token_ids)
+    guided = median_ms(lambda: lm.generate_structured(prompt, shape, config, show=False), repeat) / ids
+    print(f"decode: free {free:.1f} ms/token over {len(free_ids)} tokens, under a regex {guided:.1f} ms/token over {ids} ({guided / free:.2f}x)")
+    schema = {"type": "object", "properties": {"label": {"enum": ["positive", "negative", "neutral"]}, "stars": {"type": "integer",
+              "minimum": 1, "maximum": 5}}, "required": ["label", "stars"]}
+    start = time.perf_counter()
+    plan.plan(spec(schema), lm.exact)
+    first = 1000 * (time.perf_counter() - start)
+    served = median_ms(lambda: lm.generate("The soup was cold.", schema=schema, max_new_tokens=32), repeat)
+    print(f"schema: first plan {first:.1f} ms, the request it serves {served:.0f} ms ({first / served:.3f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", help="a tokenizer folder (default: the embedded model's)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--decode", action="store_true", help="also time decoding free and under a grammar on the embedded model")
     args = parser.parse_args()
     import torch
     import transformers
@@ -124,6 +149,8 @@ def main() -> None:
             compile_ms = median_ms(lambda: e.compile(schema), args.repeat)
             per_token = statistics.median(e.walk(compiled, ids) for _ in range(args.repeat)) / len(ids) * 1e6
             print(f"  {name:9s} compile {compile_ms:8.2f} ms   mask+accept {per_token:7.1f} us/token over {len(ids)} tokens")
+    if args.decode:
+        decode_cost(args.repeat)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def test_schema_and_choice_answers_are_order_free(capsys, tmp_path, loads):
     for order in (["Paris", "Rome", "Budapest"], ["Budapest", "Paris", "Rome"]):
         path = tmp_path / "schema.json"
         path.write_text(json.dumps({**SCHEMA, "properties": {"sure": SCHEMA["properties"]["sure"], "city": {"enum": order}}}))
-        code, out, _ = run_cli(capsys, "generate", "--prompt", "Capital of France?", "--schema", str(path), "--max-new-tokens", "64")
+        code, out, _ = run_cli(capsys, "generate", "--prompt", "Capital of France?", "--schema", str(path), "--max-new-tokens", "64", "--show-schema")
         assert code == 0
         jsonschema.validate(json.loads(out), SCHEMA)
         outs.append(out)

@@ -45,14 +45,23 @@ def permuted(schema: dict, seed: int) -> dict:
 
 
 def test_permuting_enum_and_properties_changes_no_byte(lm):
-    answers = [lm.generate_structured(PROMPT, spec(permuted(SCHEMA, seed)), max_new_tokens=96) for seed in range(3)]
+    answers = [lm.generate_structured(PROMPT, spec(permuted(SCHEMA, seed)), max_new_tokens=96, show=True) for seed in range(3)]
     assert answers[0].finish_reason == "stop"
     jsonschema.validate(json.loads(answers[0].text), SCHEMA)
     assert all(a.text == answers[0].text and a.token_ids == answers[0].token_ids for a in answers)
 
 
+def test_the_schema_shown_reads_the_same_in_any_order(lm):
+    """The schema before the prompt: its enum a set, its keys sorted; the model reads the same tokens."""
+    from setllm.core.prompt import as_prompt
+    from setllm.structured.shown import with_shown
+
+    reads = {tuple(lm.encode(with_shown(as_prompt(PROMPT), spec(permuted(SCHEMA, seed)), lm.exact)).input_ids) for seed in range(3)}
+    assert len(reads) == 1
+
+
 def test_permuting_a_choice_list_changes_no_byte(lm):
-    texts = {lm.generate(PROMPT, choice=random.Random(seed).sample(LABELS, 4)) for seed in range(4)}
+    texts = {lm.generate(PROMPT, choice=random.Random(seed).sample(LABELS, 4), show_schema=True) for seed in range(4)}
     assert len(texts) == 1 and texts <= set(LABELS)
 
 
@@ -62,7 +71,7 @@ def test_the_pick_is_the_best_scored_value(lm):
     request = lm.encoded_request(prompt, [lm.tokenizer.encode(v, add_special_tokens=False) + [lm.tokenizer.eos_token_id] for v in LABELS])
     [scores] = lm.score_encoded([request])
     best = max(range(len(LABELS)), key=lambda i: (scores[i].logprob, [-ord(c) for c in LABELS[i]]))
-    assert lm.generate(PROMPT, choice=LABELS, show_schema=False) == LABELS[best]
+    assert lm.generate(PROMPT, choice=LABELS) == LABELS[best]
 
 
 SCHEMAS = [

@@ -58,7 +58,7 @@ def _generate_parser(sub):
     shape.add_argument("--regex", metavar="RE", help="answer with text matching this regular expression")
     shape.add_argument("--choice", nargs="+", metavar="TEXT", help="answer with one of these, decided by scoring each, order-free")
     shape.add_argument("--grammar", metavar="FILE", help="answer in this Lark grammar (llguidance's dialect)")
-    p.add_argument("--hide-schema", action="store_true", help="do not show the schema, regex, choices or grammar before the prompt")
+    p.add_argument("--show-schema", action="store_true", help="show the schema, regex, choices or grammar before the prompt (its lists as sets)")
     p.set_defaults(func=cmd_generate)
     return p
 
@@ -168,7 +168,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if shape is None:
         text = lm.generate(prompt, config)
     else:
-        answer = lm.generate_structured(prompt, shape, config, show=not args.hide_schema)
+        answer = lm.generate_structured(prompt, shape, config, show=args.show_schema)
         answer.value(shape)  # an answer the tokens cut short is an error of one line (give more --max-new-tokens)
         text = answer.text
     said = {"text": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter}

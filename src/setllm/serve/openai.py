@@ -205,7 +205,7 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
         raise BadRequest("structured_outputs: not with echo, logprobs or max_tokens 0")
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
-    generate = _generation(service, shape, show=True)
+    generate = _generation(service, shape)
     if body.stream:
         jobs = [lambda sink, p=p: generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
         return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
@@ -227,8 +227,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
     offer = tools.offered(body)
-    shown = [*([tools.shown_message(offer, service.lm.exact)] if offer is not None else []),
-             *([structured.shown_message(shape, service.lm.exact)] if shape is not None else [])]
+    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
     prompt = service.chat([*shown, *tools.as_template([m.model_dump() for m in body.messages])])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
@@ -322,13 +321,14 @@ class _ChatChunks(_Chunks):
         return [*([self.delta({"content": last})] if last else []), self.delta({}, out.finish_reason)]
 
 
-def _generation(service, shape, show: bool = False):
+def _generation(service, shape):
     """How a route generates: the service's batched generation, or the structured answer under
-    ``shape`` (shown to the model before the prompt where ``show``; chat shows it in a message)."""
+    ``shape`` (not shown to the model: the embedded 135M model answers worse with a JSON schema
+    in its prompt, docs/structured.md)."""
     if shape is None:
         return service.generate
     return lambda prompt, config, field, logprobs=None, echo=False, adapter=None, stream=None: structured.answer(
-        service, prompt, shape, config, field, adapter, stream, show)
+        service, prompt, shape, config, field, adapter, stream)
 
 
 def _generation_config(body, max_tokens: int) -> GenerationConfig:
@@ -361,8 +361,7 @@ async def responses(body: ResponsesRequest, request: Request, response: Response
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
     shape = structured.responses_constraint(body)
-    shown = [structured.shown_message(shape, service.lm.exact)] if shape is not None else []
-    prompt = service.chat([*shown, *_responses_messages(body)])
+    prompt = service.chat(_responses_messages(body))
     config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
     events = _ResponseEvents(body, service.answered_by(body.model))
     generate = _generation(service, shape)

@@ -1,7 +1,8 @@
 """Structured outputs on the OpenAI routes: which constraint a request asks for (OpenAI's
 ``response_format`` on chat, ``text.format`` on ``/v1/responses``, vLLM's ``structured_outputs``
-and its older ``guided_*`` fields on chat and completions), how the model is shown it (a system
-message, its lists as sets), and the answer, streamed in the pieces the plan decides.
+and its older ``guided_*`` fields on chat and completions), and the answer, streamed in the
+pieces the plan decides. The constraint is not shown to the model (the embedded 135M model
+answers worse with a JSON schema in its prompt, docs/structured.md); tools are (:mod:`.tools`).
 
 Every surface runs the one structured reading, :meth:`setllm.SetLLM.generate_structured`; the
 fields a request names and this module reads are never left to the ignored-fields header: a
@@ -21,7 +22,6 @@ from ..core.prompt import Set, SetPrompt, to_markup
 from ..core.values import GenerationConfig
 from ..structured import SchemaError, Spec, spec
 from ..structured.plan import plan
-from ..structured.shown import shown
 from .errors import BadRequest, Unprocessable
 from .streaming import Started
 
@@ -116,11 +116,6 @@ def _schema(value: Any, where: str) -> Spec:
         raise BadRequest(f"{where}: {e}") from None
 
 
-def shown_message(constraint: Spec, exact: bool) -> dict:
-    """The system message that shows the model the constraint (its lists as sets, in markup)."""
-    return {"role": "system", "content": as_content(shown(constraint, exact))}
-
-
 def as_content(segments: list) -> str:
     """Segments as a message's content: markup where they hold a set, else the text itself."""
     if not any(isinstance(s, Set) for s in segments):
@@ -129,7 +124,7 @@ def as_content(segments: list) -> str:
 
 
 async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: GenerationConfig, field: str, adapter: str | None,
-                 stream: Callable[[Any], None] | None = None, show: bool = False, **_) -> Out:
+                 stream: Callable[[Any], None] | None = None) -> Out:
     """The structured answer, computed off the event loop; ``stream``: a sink of its pieces
     (:mod:`.streaming`). A client that leaves stops it at its next piece."""
     if config.max_new_tokens > service.config.max_generate_tokens:
@@ -150,7 +145,7 @@ async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: G
     if stream is not None:
         stream(Started(""))
     try:
-        out = await asyncio.to_thread(lm.generate_structured, prompt, constraint, config, show, piece)
+        out = await asyncio.to_thread(lm.generate_structured, prompt, constraint, config, False, piece)
     except asyncio.CancelledError:
         left.set()
         raise

@@ -44,7 +44,7 @@ class Answer:
         return spec.parse(self.text)
 
 
-def answer(reader, prompt: PromptLike, spec: Spec, config: GenerationConfig, show: bool = True,
+def answer(reader, prompt: PromptLike, spec: Spec, config: GenerationConfig, show: bool = False,
            on_piece: Callable[[str], None] | None = None) -> Answer:
     """The answer to ``prompt`` under ``spec`` (``show``: the constraint shown before the prompt,
     :mod:`.shown`): the one structured reading of the library, the CLI and the server."""
