@@ -145,9 +145,17 @@ class ChatRequest(OpenAIRequest):
     response_format: dict | None = None
 
 
+class AssistantMessage(BaseModel):
+    """The answer: text, or (``content`` None) OpenAI's ``tool_calls``."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[dict] | None = None
+
+
 class ChatChoice(BaseModel):
     index: int
-    message: ChatMessage
+    message: AssistantMessage
     logprobs: None = None
     finish_reason: Literal["stop", "length", "tool_calls"]
 
@@ -239,7 +247,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
         return await _streamed([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)
     out = await generate(prompt, config, field, adapter=body.model)
     calls = getattr(out, "tool_calls", None)
-    message = ChatMessage(role="assistant", content=None if calls else out.text, tool_calls=calls)
+    message = AssistantMessage(content=None if calls else out.text, tool_calls=calls)
     choice = ChatChoice(index=0, message=message, finish_reason=out.finish_reason)
     return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
                         choices=[choice], usage=_usage([out]))
