@@ -15,6 +15,8 @@ import json
 import statistics
 import time
 
+from bench_fixed_shapes import timed
+
 SCHEMAS = {
     "label": ({"type": "object", "properties": {"label": {"enum": ["positive", "negative", "neutral"]}, "confidence": {"type": "number"}},
                "required": ["label", "confidence"], "additionalProperties": False},
@@ -34,12 +36,18 @@ SCHEMAS = {
 
 
 def median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * statistics.median(times)
+    return 1000 * timed(fn, repeat)
+
+
+def walk(fill, accept, ids) -> float:
+    """Seconds spent filling the next-token mask and accepting each of ``ids``."""
+    spent = 0.0
+    for t in ids:
+        start = time.perf_counter()
+        fill()
+        assert accept(t), t
+        spent += time.perf_counter() - start
+    return spent
 
 
 class XGrammar:
@@ -57,13 +65,7 @@ class XGrammar:
     def walk(self, compiled, ids) -> float:
         matcher = self.xgr.GrammarMatcher(compiled)
         mask = self.xgr.allocate_token_bitmask(1, self.vocab)
-        spent = 0.0
-        for t in ids:
-            start = time.perf_counter()
-            matcher.fill_next_token_bitmask(mask)
-            assert matcher.accept_token(t), t
-            spent += time.perf_counter() - start
-        return spent
+        return walk(lambda: matcher.fill_next_token_bitmask(mask), matcher.accept_token, ids)
 
 
 class LLGuidance:
@@ -87,13 +89,7 @@ class LLGuidance:
     def walk(self, grammar, ids) -> float:
         matcher = self.llg.LLMatcher(self.tok, grammar, log_level=0)
         mask = self.llg.torch.allocate_token_bitmask(1, self.vocab)
-        spent = 0.0
-        for t in ids:
-            start = time.perf_counter()
-            self.llg.torch.fill_next_token_bitmask(matcher, mask)
-            assert matcher.consume_token(t), matcher.get_error()
-            spent += time.perf_counter() - start
-        return spent
+        return walk(lambda: self.llg.torch.fill_next_token_bitmask(matcher, mask), matcher.consume_token, ids)
 
 
 def decode_cost(repeat: int) -> None:
