@@ -14,7 +14,7 @@ import torch
 
 from . import structured, verbs
 from .core import doccache, generation, scoring
-from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
+from .core.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
 from .errors import InputError
 from .loading import Origin
 from .loading.model import load_as
@@ -24,6 +24,8 @@ from .policy import Choice, Verdict, verdict
 from .reader import Reader, ReadOptions, say_once
 from .readouts import JudgeRow, candidate_scores, trained_readout
 from .structured import decode as structured_decode
+from .structured import tools as structured_tools
+from .structured import toolset
 
 DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
@@ -276,6 +278,24 @@ class SetLLM(Reader):
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
         return structured_decode.answer(self, prompt, spec, config or verbs.generation_config(**kwargs), show, on_piece)
+
+    def call_tool(self, prompt: PromptLike, tools: Sequence, tool_choice: str = "auto", config: generation.GenerationConfig | None = None,
+                  on_call=None, on_piece=None, show: bool = True, **kwargs) -> structured_tools.Call | None:
+        """A tool call for ``prompt``: ``tools`` (OpenAI's function tools, or
+        :class:`setllm.structured.toolset.Tool`) shown before it as one set, whether to call
+        (``tool_choice="auto"``; ``"required"``; a tool's name) and which decided by scoring, the
+        arguments generated under the tool's parameters; None where ``auto`` answers with text.
+        ``on_call(name)`` once the tool is chosen, ``on_piece(text)`` with each piece of the
+        arguments (the server streams them). ``show=False``: the prompt shows the tools already
+        (the server's chat prompt, in a system message)."""
+        if config is not None and kwargs:
+            raise InputError("pass either a GenerationConfig or keyword arguments, not both")
+        offered = list(tools) if all(isinstance(t, toolset.Tool) for t in tools) else toolset.tools_of(tools)
+        prompt = as_prompt(prompt)
+        if show:
+            prompt = template_prompt([*toolset.shown(offered, self.exact), *prompt.segments])
+        request = self.generate_request(prompt, config or verbs.generation_config(**kwargs))
+        return structured_tools.call(self, request.prompt, offered, tool_choice, request.config, on_call, on_piece)
 
     def generate_many(self, prompts: Sequence[PromptLike], config: generation.GenerationConfig | None = None,
                       **kwargs) -> list[str]:

@@ -142,3 +142,16 @@ def test_a_plan_is_compiled_once():
     plan.plan(spec(json.loads(json.dumps(schema))), True)
     assert plan._plan.cache_info().hits == hits + 1
     assert plan._plan.cache_info().maxsize is not None  # bounded
+
+
+TOOLS = [{"type": "function", "function": {"name": n, "description": f"The {n} of a fruit.", "parameters": {
+    "type": "object", "properties": {"fruit": {"enum": LABELS}, "fresh": {"type": "boolean"}}, "required": ["fruit", "fresh"]}}}
+    for n in ("colour", "price", "weight")]
+
+
+def test_a_tool_call_is_order_free(lm):
+    calls = [lm.call_tool(PROMPT, random.Random(seed).sample(TOOLS, 3), "required", max_new_tokens=64) for seed in range(3)]
+    assert len({(c.name, c.arguments, tuple(c.answer.token_ids)) for c in calls}) == 1
+    assert set(json.loads(calls[0].arguments)) == {"fruit", "fresh"}
+    named = lm.call_tool(PROMPT, TOOLS, "weight", max_new_tokens=64)
+    assert named.name == "weight" and named.answer.text == f'{{"name":"weight","arguments":{named.arguments}}}'

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.values import GenerationConfig
 from ..structured import SchemaError
-from ..structured import tools as calls
+from ..structured import toolset as calls
 from .errors import BadRequest
 from .streaming import Chunks, Started
 from .structured import Out, as_content
@@ -88,16 +88,19 @@ async def answer(service, prompt, config: GenerationConfig, field: str, adapter:
     """A call (``tool_calls`` set, ``finish_reason`` ``tool_calls``), or where ``auto`` answers
     with text, ``text``'s answer (the route's own generation)."""
     lm = service.engines.get(service.engine_key(adapter)).lm
-    enc = lm.generate_request(prompt, config).prompt
-    head = await asyncio.to_thread(calls.which, lm, enc, offer.tools, offer.choice, config) if offer.choice != "none" else None
-    if head is None:
-        return await text(prompt, config, field, adapter=adapter, stream=stream)
     call_id = f"call_{uuid.uuid4().hex[:24]}"
-    if stream is not None:
-        stream(CallStarted("", call_id, calls.name_of(head)))
-    made = await asyncio.to_thread(calls.arguments, lm, enc, offer.tools, head, config, stream)
+
+    def on_call(name: str) -> None:
+        if stream is not None:
+            stream(CallStarted("", call_id, name))
+
+    made = None
+    if offer.choice != "none":
+        made = await asyncio.to_thread(lm.call_tool, prompt, offer.tools, offer.choice, config, on_call, stream, False)
+    if made is None:
+        return await text(prompt, config, field, adapter=adapter, stream=stream)
     finish = "tool_calls" if made.answer.finish_reason == "stop" else "length"
-    return Out(made.arguments, len(made.answer.token_ids), len(enc), finish,
+    return Out(made.arguments, len(made.answer.token_ids), made.answer.prompt_tokens, finish,
                tool_calls=[{"id": call_id, "type": "function", "function": {"name": made.name, "arguments": made.arguments}}])
 
 

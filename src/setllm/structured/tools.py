@@ -1,13 +1,11 @@
-"""Tools read as a set: a request's tool definitions shown to the model as one set (their order
-is not read), whether to call one and which decided by scoring, and the call's arguments
-generated under the grammar of that tool's parameters (:mod:`.plan`).
+"""Tool calls decided by scoring, written under a grammar: whether to call one and which,
+then the call's arguments under the grammar of that tool's parameters (:mod:`.plan`).
 
-A call is written as ``{"name":"<tool>","arguments":{...}}``. Which tool: its name is a
-:class:`setllm.structured.plan.Pick` over the names, each scored after ``{"name":`` (order-free
-as an enum is). Whether to call one (``tool_choice: "auto"``): the call's opening
+A call is written ``{"name":"<tool>","arguments":{...}}`` (:mod:`.toolset`). Which tool: its name
+is a :class:`setllm.structured.plan.Pick` over the names, each scored after ``{"name":``
+(order-free as an enum is). Whether to call one (``tool_choice: "auto"``): the call's opening
 ``{"name":"`` is scored as the answer's beginning, and a call is made where the model gives it
-more than half of its probability; ``required`` always calls, a named function calls that one,
-``none`` never does.
+more than half of its probability; ``required`` always calls, a named function calls that one.
 """
 
 from __future__ import annotations
@@ -16,27 +14,15 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..core.encoding import EncodedPrompt
-from ..core.prompt import Segment, Set
 from ..core.values import GenerationConfig
 from .decode import Answer, prefix, run, text_ids
 from .plan import Pick, Plan, Text, plan
-from .spec import SchemaError, spec
+from .spec import spec
+from .toolset import ARGUMENTS, OPENING, Tool, name_of
 
-OPENING = '{"name":'
-ARGUMENTS = ',"arguments":'
 CALL_SHARE = 0.5  # under "auto", the least probability of the call's opening that makes a call
-
-
-@dataclass(frozen=True)
-class Tool:
-    """One function a request offers: its name, what it does, the JSON schema of its arguments."""
-
-    name: str
-    description: str
-    parameters: dict
 
 
 @dataclass(frozen=True)
@@ -48,43 +34,17 @@ class Call:
     answer: Answer
 
 
-def tools_of(items: Sequence[Any], where: str = "tools") -> list[Tool]:
-    """OpenAI's ``tools`` (``{"type": "function", "function": {...}}`` on chat, the function's
-    fields flat on the Responses API), checked: distinct names, a JSON schema each."""
-    if not isinstance(items, (list, tuple)) or not items:
-        raise SchemaError(f"{where}: a non-empty list of tools")
-    out = []
-    for i, item in enumerate(items):
-        fn = item.get("function", item) if isinstance(item, dict) else None
-        if not isinstance(item, dict) or item.get("type", "function") != "function" or not isinstance(fn, dict):
-            raise SchemaError(f"{where}[{i}]: only function tools are supported ({{\"type\": \"function\", ...}})")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise SchemaError(f"{where}[{i}]: a function needs a name")
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        spec(params, where=f"{where}[{i}].parameters")  # checked now, compiled when called
-        out.append(Tool(name, str(fn.get("description") or ""), params))
-    names = [t.name for t in out]
-    if len(set(names)) != len(names):
-        raise SchemaError(f"{where}: two tools are named {next(n for n in names if names.count(n) > 1)!r}")
-    return out
-
-
-def shown(tools: Sequence[Tool], exact: bool) -> list[Segment]:
-    """The tools as the model reads them: one set of their definitions, one per line."""
-    lines = [json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters}, ensure_ascii=False, sort_keys=exact) + "\n"
-             for t in tools]
-    return ["You can call these tools:\n", Set(lines) if len(lines) > 1 else lines[0],
-            'To call one, answer with JSON only: {"name": <the tool\'s name>, "arguments": <its arguments>}.\n']
-
-
 def call(reader, prompt: EncodedPrompt, tools: Sequence[Tool], choice: str, config: GenerationConfig,
-         on_piece: Callable[[str], None] | None = None) -> Call | None:
+         on_call: Callable[[str], None] | None = None, on_piece: Callable[[str], None] | None = None) -> Call | None:
     """The call ``choice`` (``auto``, ``required`` or a tool's name) makes after ``prompt`` (the
-    tools shown in it), or None where ``auto`` decides to answer with text; ``on_piece``: each
-    piece of the arguments' text."""
+    tools shown in it), or None where ``auto`` decides to answer with text. ``on_call(name)``:
+    once the tool is chosen; ``on_piece``: each piece of the arguments' text."""
     head = which(reader, prompt, tools, choice, config)
-    return None if head is None else arguments(reader, prompt, tools, head, config, on_piece)
+    if head is None:
+        return None
+    if on_call is not None:
+        on_call(name_of(head.text))
+    return arguments(reader, prompt, tools, head, config, on_piece)
 
 
 def which(reader, prompt: EncodedPrompt, tools: Sequence[Tool], choice: str, config: GenerationConfig) -> Answer | None:
@@ -95,14 +55,10 @@ def which(reader, prompt: EncodedPrompt, tools: Sequence[Tool], choice: str, con
     return run(reader, prompt, Plan((Text(OPENING), _name_step(names)), False), config)
 
 
-def name_of(head: Answer) -> str:
-    return json.loads(head.text[len(OPENING):])
-
-
 def arguments(reader, prompt: EncodedPrompt, tools: Sequence[Tool], head: Answer, config: GenerationConfig,
               on_piece: Callable[[str], None] | None = None) -> Call:
     """The call after its ``head``: the arguments under the grammar of that tool's parameters."""
-    tool = next(t for t in tools if t.name == name_of(head))
+    tool = next(t for t in tools if t.name == name_of(head.text))
     ids = head.token_ids + text_ids(reader, ARGUMENTS)
     left = replace(config, max_new_tokens=max(config.max_new_tokens - len(ids), 1))
     args = run(reader, prefix(prompt, ids), plan(spec(tool.parameters), reader.exact), left, on_piece)
