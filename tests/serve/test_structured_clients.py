@@ -152,8 +152,9 @@ def test_langchain_bind_tools_and_function_calling(url):
 
 
 def test_openai_agents_output_type_and_a_function_tool(url):
-    """An Agent with a pydantic ``output_type``, and one with a function tool it must call once
-    (``tool_choice="required"``, reset to auto after the call, the Agent's default); run and streamed."""
+    """An Agent with a pydantic ``output_type`` (run and streamed), and one with a function tool it
+    must call once (``tool_choice="required"``, reset to auto after the call, the Agent's default)
+    on chat completions and on the Responses API."""
     import asyncio
 
     agents = pytest.importorskip("agents")
@@ -169,8 +170,11 @@ def test_openai_agents_output_type_and_a_function_tool(url):
         seen.append(city)
         return "sunny"
 
-    helper = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=model, tools=[get_weather],
-                          model_settings=agents.ModelSettings(temperature=0, max_tokens=64, tool_choice="required"))
+    helper_settings = agents.ModelSettings(temperature=0, max_tokens=64, tool_choice="required")
+    helper = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=model, tools=[get_weather], model_settings=helper_settings)
+    responses = agents.OpenAIResponsesModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0))
+    helper_r = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=responses, tools=[get_weather],
+                            model_settings=helper_settings)
 
     async def main():
         out = await agents.Runner.run(judged, "The soup was cold.")
@@ -178,8 +182,26 @@ def test_openai_agents_output_type_and_a_function_tool(url):
         async for _ in streamed.stream_events():
             pass
         called = await agents.Runner.run(helper, "Weather in Paris?", max_turns=3)
+        await agents.Runner.run(helper_r, "Weather in Paris?", max_turns=3)  # the Responses API's function_call items
         return out, streamed, called
 
     out, streamed, called = asyncio.run(main())
     assert out.final_output.label in LABELS and streamed.final_output == out.final_output
-    assert len(seen) == 1 and isinstance(called.final_output, str)
+    assert len(seen) == 2 and isinstance(called.final_output, str)
+
+
+def test_responses_tools_run_and_stream(client):
+    flat = [{"type": "function", **WEATHER["function"]}, {"type": "function", **ADD["function"]}]
+    kwargs = {"model": "setllm", "input": "What is the weather in Paris?", "tools": flat, "max_output_tokens": 96, "temperature": 0,
+              "tool_choice": {"type": "function", "name": "get_weather"}}
+    out = client.responses.create(**kwargs)
+    [call] = out.output
+    assert call.type == "function_call" and call.name == "get_weather" and set(json.loads(call.arguments)) == {"city", "unit"}
+    events = list(client.responses.create(**kwargs, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert deltas == call.arguments and events[-1].type == "response.completed"
+    after = client.responses.create(model="setllm", tools=flat, tool_choice="none", max_output_tokens=8, input=[
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert after.output[0].type == "message"

@@ -363,28 +363,29 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
 async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
     """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
     messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
-    ``response.incomplete`` when ``max_output_tokens`` ran out) last. No tools, no stored state."""
+    ``response.incomplete`` when ``max_output_tokens`` ran out) last; ``tools``: a
+    ``function_call`` item (:mod:`.tools`). No stored state."""
     service = request.app.state.service
     _name_ignored(body, response)
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
     shape = structured.responses_constraint(body)
-    prompt = service.chat(_responses_messages(body))
+    offer = tools.offered(body)
+    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
+    prompt = service.chat([*shown, *tools.as_template(_responses_messages(body))])
     config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
-    events = _ResponseEvents(body, service.answered_by(body.model))
+    events = tools.ResponseToolEvents(_ResponseEvents(body, service.answered_by(body.model)))
     generate = _generation(service, shape)
+    if offer is not None:  # a call, or (auto, none) the text answer
+        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
         job = lambda sink: generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
         return await _streamed([job], events, response)
     out = await generate(prompt, config, "max_output_tokens", adapter=body.model)
-    return events.response(out.text, out)
+    return events.response(out)
 
 
 def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
-    if body.tools:
-        raise BadRequest("tools: not supported; this server answers with text (an openai-agents Agent without tools works)")
-    if body.tool_choice not in (None, "auto", "none"):
-        raise BadRequest("tool_choice: not supported; this server answers with text")
     if body.previous_response_id is not None or body.conversation is not None:
         field = "previous_response_id" if body.previous_response_id is not None else "conversation"
         raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
@@ -400,6 +401,8 @@ def _responses_messages(body: ResponsesRequest) -> list[dict]:
 
 def _input_message(i: int, item: dict) -> dict:
     kind, role, content = item.get("type", "message"), item.get("role"), item.get("content")
+    if kind in tools.CALL_ITEMS:
+        return tools.CALL_ITEMS[kind](item)
     if kind != "message" or role not in ("user", "assistant", "system", "developer"):
         raise BadRequest(f"input[{i}]: only text messages (role user, assistant, system or developer) are supported, "
                          f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")

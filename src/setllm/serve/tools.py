@@ -136,3 +136,63 @@ class ToolChunks(Chunks):
 
     def tail(self, outs: list) -> list[bytes]:
         return self.chat.tail(outs)
+
+
+# The Responses API's call items, as the chat messages :func:`as_template` reads.
+CALL_ITEMS = {
+    "function_call": lambda item: {"role": "assistant", "content": None, "tool_calls": [
+        {"id": item.get("call_id"), "type": "function", "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]},
+    "function_call_output": lambda item: {"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output", ""))},
+}
+
+
+class ResponseToolEvents(Chunks):
+    """The Responses API's answer and stream, which may be a call: as ``events`` (the text
+    answer's) writes them, or, after a :class:`CallStarted`, a ``function_call`` item:
+    ``response.output_item.added``, ``response.function_call_arguments.delta`` per piece, its
+    ``.done``, the item done, then ``response.completed``, as OpenAI sends them."""
+
+    def __init__(self, events):
+        self.events = events
+        self.call: dict | None = None
+
+    def item(self, call_id: str, name: str, arguments: str, status: str) -> dict:
+        return {"id": f"fc_{call_id.removeprefix('call_')}", "type": "function_call", "call_id": call_id, "name": name,
+                "arguments": arguments, "status": status}
+
+    def response(self, out) -> dict:
+        """The response object: the text answer's, or (a call) its ``function_call`` item."""
+        done = self.events.response(out.text, out)
+        if getattr(out, "tool_calls", None):
+            fn = out.tool_calls[0]
+            done["output"] = [self.item(fn["id"], fn["function"]["name"], fn["function"]["arguments"], "completed")]
+        return done
+
+    def started(self, index: int, event: Started) -> list[bytes]:
+        if not isinstance(event, CallStarted):
+            return self.events.started(index, event)
+        ev = self.events
+        begun = ev.response(None)
+        self.call = self.item(event.call_id, event.name, "", "in_progress")
+        return [ev.event("response.created", response=begun), ev.event("response.in_progress", response=begun),
+                ev.event("response.output_item.added", output_index=0, item=self.call)]
+
+    def piece(self, index: int, text: str) -> bytes:
+        if self.call is None:
+            return self.events.piece(index, text)
+        return self.events.event("response.function_call_arguments.delta", item_id=self.call["id"], output_index=0, delta=text)
+
+    def finished(self, index: int, out, last: str) -> list[bytes]:
+        if self.call is None:
+            return self.events.finished(index, out, last)
+        done = self.response(out)
+        ev, item = self.events, done["output"][0]
+        return [*([self.piece(index, last)] if last else []),
+                ev.event("response.function_call_arguments.done", item_id=item["id"], output_index=0, arguments=item["arguments"]),
+                ev.event("response.output_item.done", output_index=0, item=item), ev.event(f"response.{done['status']}", response=done)]
+
+    def failed(self, err) -> bytes:
+        return self.events.failed(err)
+
+    def tail(self, outs: list) -> list[bytes]:
+        return self.events.tail(outs)
