@@ -155,3 +155,40 @@ def test_a_tool_call_is_order_free(lm):
     assert set(json.loads(calls[0].arguments)) == {"fruit", "fresh"}
     named = lm.call_tool(PROMPT, TOOLS, "weight", max_new_tokens=64)
     assert named.name == "weight" and named.answer.text == f'{{"name":"weight","arguments":{named.arguments}}}'
+
+
+def _schemas():
+    """A bounded family of schemas: objects of enums, consts, booleans, bounded numbers and
+    strings, nullable values, arrays and nested objects."""
+    from hypothesis import strategies as st
+
+    words = st.sampled_from(["a", "bb", "c d", "é", "x\"y", "1"])
+    leaf = st.one_of(
+        st.lists(words, min_size=1, max_size=4, unique=True).map(lambda v: {"enum": v}),
+        st.sampled_from([{"type": "boolean"}, {"type": "null"}, {"const": 3}, {"type": ["boolean", "null"]},
+                         {"type": "integer", "minimum": 0, "maximum": 9}, {"type": "string", "maxLength": 3},
+                         {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 3}, {"type": "null"}]}]),
+    )
+
+    def objects(children):
+        return st.dictionaries(st.sampled_from(["k", "name", "z", "Ω", "b c"]), children, min_size=1, max_size=3).map(
+            lambda props: {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False})
+
+    value = st.recursive(leaf, lambda c: st.one_of(objects(c), c.map(lambda items: {"type": "array", "items": items, "maxItems": 2})),
+                         max_leaves=5)
+    return objects(value)
+
+
+def test_fuzzed_schemas_answer_valid_json(lm):
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_schemas())
+    def check(schema):
+        out = lm.generate_structured(PROMPT, spec(schema), max_new_tokens=96)
+        if out.finish_reason == "stop":  # else the tokens ran out, and it says so
+            jsonschema.validate(json.loads(out.text), schema)
+        else:
+            assert len(out.token_ids) == 96
+
+    check()
