@@ -146,11 +146,11 @@ class ChatRequest(OpenAIRequest):
 
 
 class AssistantMessage(BaseModel):
-    """The answer: text, or (``content`` None) OpenAI's ``tool_calls``."""
+    """The answer: text, or (``content`` None) OpenAI's ``tool_calls`` (left out where there are none, as OpenAI does)."""
 
     role: Literal["assistant"] = "assistant"
     content: str | None
-    tool_calls: list[dict] | None = None
+    tool_calls: list[dict] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatChoice(BaseModel):
