@@ -6,7 +6,6 @@ and a ``setllm-warning`` header per warning about the request (:mod:`.warned`)."
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 import time
@@ -32,6 +31,8 @@ from .errors import (
     Unprocessable,
     as_api_error,
     body,
+    meant,
+    printable,
 )
 from .routes import ROUTERS
 from .service import Service
@@ -148,7 +149,7 @@ def validation_error(errors: list[dict], model: type[BaseModel] | None = None) -
     if first.get("type") == "extra_forbidden":
         msg = f"unknown field{_meant(loc, model)}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return Unprocessable(f"{_printable(path)}: {msg}{more}", param=path)
+    return Unprocessable(f"{printable(path)}: {msg}{more}", param=path)
 
 
 def _meant(loc: list, model: type[BaseModel] | None) -> str:
@@ -158,9 +159,8 @@ def _meant(loc: list, model: type[BaseModel] | None) -> str:
         model = _field_model(model, part)
     if model is None or not loc:
         return ""
-    known = list(model.model_fields)
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    return (f"; did you mean {close[0]!r}?" if close else "") + f" (this body takes: {', '.join(known)})"
+    close = meant(loc[-1], model.model_fields)
+    return (f"; did you mean {close!r}?" if close else "") + f" (this body takes: {', '.join(model.model_fields)})"
 
 
 def _field_model(model: type[BaseModel] | None, part) -> type[BaseModel] | None:
@@ -175,13 +175,6 @@ def _field_model(model: type[BaseModel] | None, part) -> type[BaseModel] | None:
             return kind
         todo += typing.get_args(kind)
     return None
-
-
-def _printable(name: str, limit: int = 80) -> str:
-    """A client's field name as it may appear in a message: escaped (a name may hold any
-    character, a newline included) and cut short."""
-    text = name.encode("unicode_escape").decode("ascii")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def _body_problem(request: Request) -> str | None:
@@ -220,7 +213,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json" and not kind.endswith("+json"):  # FastAPI then reads no JSON body at all
             return error_response(Unprocessable(f"the request body must be JSON sent with the header 'Content-Type: application/json' "
-                                                f"(got {_printable(repr(kind)) if kind else 'no Content-Type'})"), request.url.path)
+                                                f"(got {printable(repr(kind)) if kind else 'no Content-Type'})"), request.url.path)
         return error_response(validation_error(list(exc.errors()), _body_model(request)), request.url.path)
 
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
@@ -229,7 +222,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             if problem:
                 return error_response(BadRequest(problem), request.url.path)
         if exc.status_code == 404 and request.scope.get("route") is None:  # no route: say which there are
-            where = _printable(f"{request.method} {request.url.path}")
+            where = printable(f"{request.method} {request.url.path}")
             return error_response(_Status(404, f"no route {where} on this server; it serves: {ROUTES}"))
         return error_response(_Status(exc.status_code, str(exc.detail), getattr(exc, "headers", None)), request.url.path)
 

@@ -8,6 +8,7 @@ so a failing request can only ever fail itself.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from ..core.prompt import PromptTooLong
@@ -85,6 +86,19 @@ def named_field(message: str) -> str | None:
     """The field a message is about (its leading ``path: ``), None where it names none."""
     match = _FIELD.match(message)
     return match.group(1) if match else None
+
+
+def meant(name: str, known) -> str | None:
+    """The field of ``known`` a client most likely meant by the unknown ``name`` (a typo), if any."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.8)  # a typo, not a neighbour (store, stream)
+    return close[0] if close else None
+
+
+def printable(name: str, limit: int = 80) -> str:
+    """A client's field name as it may appear in a message: escaped (a name may hold any
+    character, a newline included) and cut short."""
+    text = str(name).encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def openai_error(err: ApiError) -> dict:

@@ -9,9 +9,10 @@ named here is importable at module level.
 
 from __future__ import annotations
 
-import asyncio
 import time
+import urllib.parse
 import uuid
+import warnings
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
@@ -20,13 +21,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
+from ..errors import SetLLMWarning
 from . import declare
-from .errors import BadRequest
-from .schemas import ERRORS, SEED_MAX, stop_form
+from .errors import BadRequest, Unprocessable, meant, printable
+from .schemas import ERRORS, SEED_MAX, OpenAIStop
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
-IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored, comma-separated
+IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored (:func:`_name_ignored`)
+MAX_UNKNOWN_FIELDS = 64  # more unknown fields in one body: 422 (no client of OpenAI's API sends that many)
+IGNORED_HEADER_BYTES = 1024  # the header names the first fields that fit; the rest are counted
 
 
 def _completion_prompt(value: Any) -> Any:
@@ -64,7 +68,7 @@ class OpenAIRequest(BaseModel):
     temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     n: int = 1
-    stop: Annotated[Any, BeforeValidator(stop_form)] = None
+    stop: OpenAIStop = None
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -118,11 +122,29 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ContentPart(BaseModel):
+    """One of OpenAI's content parts: a text part (``{"type": "text", "text": ...}``) reads as
+    its text; any other kind is refused with a 400 naming it (:func:`_parts_text`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
 class ChatMessage(BaseModel):
+    """A message: its content a string, or OpenAI's content parts (text parts only)."""
+
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    content: str | list[ContentPart]
+
+    def as_text(self, where: str) -> dict:
+        """``{"role", "content"}`` with the content as one string (``where``: its field, for the error)."""
+        if isinstance(self.content, str):
+            return {"role": self.role, "content": self.content}
+        return {"role": self.role, "content": _parts_text(f"{where}.content", [p.model_dump() for p in self.content], ("text",))}
 
 
 class ChatRequest(OpenAIRequest):
@@ -195,9 +217,10 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
     if body.stream:
+        service.check_prompts(len(prompts))
         jobs = [lambda sink, p=p: service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
         return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
-    outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
+    outs = await service.generate_all(prompts, config, "max_tokens", body.logprobs, body.echo, body.model)
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
     return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model), choices=choices,
@@ -217,7 +240,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
         raise BadRequest("tools: not supported")
     if body.response_format and body.response_format.get("type", "text") != "text":
         raise BadRequest("response_format: only {\"type\": \"text\"} is supported")
-    prompt = service.chat([m.model_dump() for m in body.messages])
+    prompt = service.chat([m.as_text(f"messages[{i}]") for i, m in enumerate(body.messages)])
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
     if body.stream:
@@ -371,12 +394,24 @@ def _input_message(i: int, item: dict) -> dict:
                          f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")
     if isinstance(content, str):
         return {"role": role, "content": content}
-    if not isinstance(content, list) or any(not isinstance(p, dict) or p.get("type") not in TEXT_PARTS for p in content):
+    if not isinstance(content, list) or any(not isinstance(p, dict) for p in content):
         raise BadRequest(f"input[{i}].content: a string or a list of text parts ({', '.join(TEXT_PARTS)})")
-    return {"role": role, "content": "".join(str(p.get("text", "")) for p in content)}
+    return {"role": role, "content": _parts_text(f"input[{i}].content", content, TEXT_PARTS)}
 
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def _parts_text(where: str, parts: list[dict], kinds: tuple[str, ...]) -> str:
+    """Content parts as their text, joined: only text parts (``kinds``); another kind (an
+    image, audio, a file) is a 400 naming it, never read as nothing."""
+    other = sorted({repr(p.get("type")) for p in parts if p.get("type") not in kinds})
+    if other:
+        raise BadRequest(f"{where}: a string or a list of text parts ({', '.join(kinds)}); this server reads text only, got part type {', '.join(other)}")
+    empty = [i for i, p in enumerate(parts) if not isinstance(p.get("text"), str)]
+    if empty:
+        raise BadRequest(f"{where}[{empty[0]}].text: a text part needs its text (a string)")
+    return "".join(p["text"] for p in parts)
 
 
 class _ResponseEvents(_Chunks):
@@ -454,9 +489,29 @@ async def models(request: Request) -> dict:
 
 
 def _name_ignored(body: OpenAIRequest, response: Response) -> None:
-    """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header)."""
-    if body.model_extra:
-        response.headers[IGNORED_HEADER] = ",".join(sorted(body.model_extra))
+    """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header), each
+    percent-encoded (a JSON name may hold any character; a header only some), comma-separated,
+    at most :data:`IGNORED_HEADER_BYTES` (then ``+N more``); a name close to a field this
+    route takes (``max_token``) is also a ``setllm-warning``."""
+    names = sorted(body.model_extra or ())
+    if len(names) > MAX_UNKNOWN_FIELDS:
+        raise Unprocessable(f"body: {len(names)} unknown fields; at most {MAX_UNKNOWN_FIELDS} per request")
+    if not names:
+        return
+    response.headers[IGNORED_HEADER] = _listed([urllib.parse.quote(n, safe="") for n in names], IGNORED_HEADER_BYTES)
+    for name in names:
+        if close := meant(name, type(body).model_fields):
+            warnings.warn(f"{printable(name)}: not a field of this route, ignored; did you mean {close!r}?", SetLLMWarning, stacklevel=2)
+
+
+def _listed(names: list[str], limit: int) -> str:
+    """``names`` comma-separated, the first that fit in ``limit`` bytes, then ``+N more``."""
+    text, shown = "", 0
+    for name in names:
+        if len(text) + len(name) + 1 > limit - 16:
+            return f"{text},+{len(names) - shown} more"
+        text, shown = f"{text},{name}" if text else name, shown + 1
+    return text
 
 
 def _refuse_unsupported(body, fields: dict) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..core.variants import VARIANTS
 from ..readouts import DEFAULT_READOUT, READOUTS
@@ -28,10 +28,28 @@ def _prompt_form(value: Any) -> Any:
     raise ValueError(f"must be {PROMPT_HELP}")
 
 
+MAX_STOPS = 16  # stop strings per request
+MAX_STOP_CHARS = 256  # characters per stop string: each is looked for after every token
+
+
 def stop_form(value: Any) -> Any:
-    if value is None or isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value)):
-        return value
-    raise ValueError("must be a string or a list of strings")
+    """OpenAI's ``stop``: a string, a list of strings or null, within the bounds above."""
+    if not (value is None or isinstance(value, str) or (isinstance(value, list) and all(isinstance(s, str) for s in value))):
+        raise ValueError("must be a string or a list of strings")
+    stops = [value] if isinstance(value, str) else value or []
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"a stop string has at most {MAX_STOP_CHARS} characters, got {max(len(s) for s in stops)}")
+    return value
+
+
+StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+# What stop_form takes, as the schema says it (one message where a union would list one per branch).
+OpenAIStop = Annotated[Any, BeforeValidator(stop_form), WithJsonSchema({"anyOf": [
+    {"type": "string", "maxLength": MAX_STOP_CHARS},
+    {"type": "array", "items": {"type": "string", "maxLength": MAX_STOP_CHARS}, "maxItems": MAX_STOPS},
+    {"type": "null"}]})]
 
 
 PromptField = Annotated[Any, BeforeValidator(_prompt_form), Field(description=PROMPT_HELP)]
@@ -99,7 +117,7 @@ class GenerateRequest(Request):
     temperature: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
     top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     seed: int | None = Field(default=0, ge=0, le=SEED_MAX)
-    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOPS)
     stream: bool = Field(default=False, description="server-sent events: {\"text\": piece} as the text grows, then this "
                          "route's answer, then [DONE]")
 
