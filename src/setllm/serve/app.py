@@ -37,7 +37,6 @@ from .errors import (
 from .routes import ROUTERS
 from .service import Service
 
-MAX_BODY_BYTES = guard.MAX_BODY_BYTES
 ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
 API_ROUTES = tuple(r for router in ROUTERS for r in router.routes)
 KNOWN_PATHS = frozenset(r.path for r in API_ROUTES)
@@ -67,11 +66,12 @@ def create_app(lm, config: ServeConfig | None = None, judge_lm=None, adapters=No
     app = FastAPI(title="setllm serve", version=__version__, lifespan=lifespan,
                   description="An order-invariant model behind HTTP: options and set elements are read as sets.")
     app.state.service = service
+    app.state.error_response = error_response  # for what wraps the app where it listens (.hosts)
     for router in (*ROUTERS, page.router):
         app.include_router(router)
     _install_error_handlers(app)
     app.middleware("http")(_track)
-    app.add_middleware(guard.Guard, max_body_bytes=MAX_BODY_BYTES, error=lambda path, err: error_response(err, path))  # outermost
+    app.add_middleware(guard.Guard, error=error_response)  # outermost: bodies read whole and bounded, a client's leaving cancels
     return app
 
 

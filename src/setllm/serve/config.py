@@ -91,7 +91,7 @@ class ServeConfig:
         _at_least("--max-generate-tokens", self.max_generate_tokens, 1)
         _at_least("--max-prompts", self.max_prompts, 1)
         _at_least("--max-set-elements", self.max_set_elements, 2)
-        if self.allowed_hosts is not None and not self.hosts:
+        if self.allowed_hosts is not None and not self.allowed_hosts.strip(", "):
             raise InputError("--allowed-hosts must name at least one host (or '*')")
         if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise InputError(f"--timeout-s must be a positive number of seconds, got {self.timeout_s!r}")

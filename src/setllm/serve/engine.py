@@ -245,8 +245,8 @@ class Engine:
 
     def _failure(self, exc: Exception, item: Item) -> ApiError:
         err = as_api_error(exc)
-        if err.status >= 500:
-            log.error("request failed: %r", item.job, exc_info=exc)
+        if err.status >= 500:  # the job's kind and size, never its prompt: a log is no place for what clients sent
+            log.error("request failed: %s", _described(item.job), exc_info=exc)
         return err
 
     # -- preparing: everything that can be the request's own fault --------------------------
@@ -337,6 +337,12 @@ class Engine:
 
     def _piece(self, token: int) -> str:
         return self.lm.tokenizer.decode([token])
+
+
+def _described(job) -> str:
+    prompt = getattr(job, "prompt", None)
+    size = f"{len(prompt)} tokens" if isinstance(prompt, tuple) else f"{len(prompt.segments)} segments" if prompt is not None else "no prompt"
+    return f"{type(job).__name__} for model {job.model!r}, prompt of {size}"
 
 
 class Engines:

@@ -34,25 +34,23 @@ Message = dict[str, Any]
 
 
 class Guard:
-    """``error(path, err)`` makes the response a refusal is (the app's error shape)."""
+    """``error(err, path)`` makes the response a refusal is (the app's error shape)."""
 
-    def __init__(self, app, max_body_bytes: int = MAX_BODY_BYTES, error: Callable[[str, ApiError], Any] | None = None,
-                 body_timeout_s: float = BODY_TIMEOUT_S):
+    def __init__(self, app, error: Callable[[ApiError, str], Any], max_body_bytes: int = MAX_BODY_BYTES):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.error = error
-        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         try:
-            body = await asyncio.wait_for(self._body(scope, receive), self.body_timeout_s)
+            body = await asyncio.wait_for(self._body(scope, receive), BODY_TIMEOUT_S)
         except _Gone:
             return
         except asyncio.TimeoutError:
-            await self._refuse(scope, receive, send, BodyTimeout(f"the request body was not sent within {self.body_timeout_s:g} s"))
+            await self._refuse(scope, receive, send, BodyTimeout(f"the request body was not sent within {BODY_TIMEOUT_S:g} s"))
             return
         except ApiError as err:
             await self._refuse(scope, receive, send, err)
@@ -82,7 +80,7 @@ class Guard:
     async def _refuse(self, scope, receive, send, err: ApiError) -> None:
         # Connection: close: the rest of a body not read must not be read as the next request.
         err.headers.setdefault("Connection", "close")
-        await self.error(scope["path"], err)(scope, receive, send)
+        await self.error(err, scope["path"])(scope, receive, send)
 
 
 async def _answer_while_connected(app, scope, body: bytes, receive, send) -> None:

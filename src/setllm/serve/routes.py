@@ -110,7 +110,7 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     return AnswerResponse(answer=text, **service.reading(body.adapter, model, variant))
 
 
-@router.get("/health")
+@router.api_route("/health", methods=["GET", "HEAD"])  # HEAD: a load balancer's probe
 async def health(request: Request) -> JSONResponse:
     """200 while serving, 503 while shutting down (so a load balancer stops sending). Under
     ``--api-key``, without the key: the status and that a key is needed, nothing of what is served."""
