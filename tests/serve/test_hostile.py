@@ -69,13 +69,13 @@ def test_unknown_field_names_are_escaped_and_bounded_never_a_5xx(url):
     header = r.headers["setllm-ignored-fields"]
     assert r.status_code == 200 and len(header) <= 1024 and header.endswith(" more") and "field_000_" in header
     r = httpx.post(f"{url}/v1/completions", json={**base, **{f"f{i}": i for i in range(5000)}})
-    assert r.status_code == 422 and r.json()["error"]["message"] == "body: 5000 unknown fields; at most 64 per request"
+    assert r.status_code == 400 and r.json()["error"]["message"] == "body: 5000 unknown fields; at most 64 per request"
 
 
 @pytest.mark.parametrize("path, body, status, message", [
-    ("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 1}, 422, "prompt: at most 16 prompts per request (--max-prompts), got 17"),
-    ("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 1, "stream": True}, 422, "prompt: at most 16 prompts per request"),
-    ("/v1/generate", {"prompt": "Q: {{" + "||".join(f"e{i}" for i in range(300)) + "}} A:", "max_new_tokens": 1}, 422,
+    ("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 1}, 400, "prompt: at most 16 prompts per request (--max-prompts), got 17"),
+    ("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 1, "stream": True}, 400, "prompt: at most 16 prompts per request"),
+    ("/v1/generate", {"prompt": "Q: {{" + "||".join(f"e{i}" for i in range(300)) + "}} A:", "max_new_tokens": 1}, 400,
      "prompt: at most 256 set elements per prompt (--max-set-elements), got 300"),
     ("/v1/completions", {"prompt": "Hi", "stop": "x" * 1_000_000}, 422, "stop: a stop string has at most 256 characters, got 1000000"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stop": ["."] * 17}, 422, "stop: at most 16 stop strings, got 17"),

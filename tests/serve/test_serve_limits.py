@@ -14,6 +14,7 @@ from setllm.errors import InputError
 from setllm.serve import ServeConfig, create_app
 from setllm.serve.app import OPENAI_PATHS
 
+TOP_P_MIN = "top_p: Input should be greater than or equal to 0.0000000000000000000000000000000000000117549"
 CHOOSE = {"question": "Which city?", "options": ["Paris", "Rome"]}
 
 
@@ -30,7 +31,7 @@ BAD = [
     ("/v1/choose", {"question": "q", "options": []}, 422, "options: List should have at least 2 items"),
     ("/v1/choose", {"question": "q", "options": ["a"]}, 422, "options: List should have at least 2 items"),
     ("/v1/choose", {"question": "q", "options": ["a", 3]}, 422, "options[1]: Input should be a valid string"),
-    ("/v1/choose", {"question": "q", "options": [f"o{i}" for i in range(65)]}, 422, "options: at most 64 per request (--max-options), got 65"),
+    ("/v1/choose", {"question": "q", "options": [f"o{i}" for i in range(65)]}, 400, "options: at most 64 per request (--max-options), got 65"),
     ("/v1/choose", {"question": "q", "options": ["a", "b"], "option": "c"}, 422, "option: unknown field; did you mean 'options'? (this body takes: "),
     ("/v1/choose", {"question": "q", "option": ["a", "b"]}, 422, "option: unknown field; did you mean 'options'?"),  # not "options: Field required"
     ("/v1/choose", {"question": "q", "options": ["a", "b"], "\u2603\r\n": 1}, 422, "\\u2603\\r\\n: unknown field (this body takes"),
@@ -45,18 +46,19 @@ BAD = [
     ("/v1/score", {"prompt": "Q {{a||b}} A:", "options": ["a", ""]}, 400, "options[1] must be non-empty text"),
     ("/v1/score", {"prompt": "Q: {{a||b}} and {{c||d}} A:"}, 400, "options default to the elements of the prompt's set, but it has 2 sets"),
     ("/v1/generate", {"prompt": "x", "max_new_tokens": 0}, 400, "max_new_tokens must be >= 1, got 0"),  # the library's words
-    ("/v1/generate", {"prompt": "x", "max_new_tokens": 513}, 422, "max_new_tokens: at most 512 on this server (--max-generate-tokens)"),
-    ("/v1/generate", {"prompt": "x", "top_p": 0}, 422, "top_p: Input should be greater than 0"),
+    ("/v1/generate", {"prompt": "x", "max_new_tokens": 513}, 400, "max_new_tokens: at most 512 on this server (--max-generate-tokens)"),
+    ("/v1/generate", {"prompt": "x", "top_p": 0}, 422, TOP_P_MIN),
+    ("/v1/completions", {"prompt": "x", "top_p": 5e-324}, 422, TOP_P_MIN),  # 0 in float32: once a 500
     ("/v1/generate", {"prompt": "x", "max_new_tokens": "3"}, 422, "max_new_tokens: Input should be a valid integer"),
     ("/v1/generate", {"prompt": "x", "seed": 2**64}, 422, "seed: Input should be less than or equal to"),
     ("/v1/generate", {"prompt": "x", "stop": "\n"}, 422, "stop: Input should be a valid list"),
     ("/v1/completions", {"prompt": "x", "stream": True, "model": "gpt-4o"}, 404, "no adapter or model 'gpt-4o' on this server; it serves: setllm"),
-    ("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 1000}, 422, "max_tokens: at most 512"),  # a status, not an event
+    ("/v1/completions", {"prompt": "x", "stream": True, "max_tokens": 1000}, 400, "max_tokens: at most 512"),  # a status, not an event
     ("/v1/completions", {"prompt": "x", "n": 2}, 400, "n: only n=1 is supported"),
     ("/v1/completions", {"prompt": [1, "y"]}, 422, "prompt: must be a string (setllm markup allowed), a list of strings, a list of token ids"),
     ("/v1/completions", {"prompt": [[1], []]}, 422, "prompt: must be a string"),
     ("/v1/completions", {"prompt": [1, 99999]}, 400, "prompt: token id 99999 is not in the vocabulary"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 1000}, 422, "max_tokens: at most 512"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 1000}, 400, "max_tokens: at most 512"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens: 0 generates nothing; it is only useful with echo: true"),
     ("/v1/completions", {"prompt": "x", "logprobs": 6}, 422, "logprobs: Input should be less than or equal to 5"),
     ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix: suffix is not supported"),
@@ -66,14 +68,14 @@ BAD = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs: logprobs are not supported on chat"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools: not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{{a||b"}]}, 400, "markup"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}, 422, "max_tokens: at most 512"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}, 400, "max_tokens: at most 512"),
     ("/v1/responses", {"input": []}, 422, "input: "),
     ("/v1/responses", {"input": "hi", "tools": [{"type": "function", "name": "f"}]}, 400, "tools: not supported"),
     ("/v1/responses", {"input": "hi", "previous_response_id": "resp_1"}, 400, "previous_response_id: this server keeps no responses"),
     ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, 400, "input[0]: only text messages"),
     ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400, "input[0].content: a string"),
     ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_object"}}}, 400, "text.format: only"),
-    ("/v1/responses", {"input": "hi", "max_output_tokens": 1000, "stream": True}, 422, "max_output_tokens: at most 512"),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 1000, "stream": True}, 400, "max_output_tokens: at most 512"),
     ("/v1/generate", {"prompt": "x", "adapter": "nope", "stream": True}, 404, "no adapter or model 'nope'"),
 ]
 

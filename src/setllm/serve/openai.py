@@ -17,14 +17,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
 from ..errors import SetLLMWarning
 from . import declare
-from .errors import BadRequest, Unprocessable, meant, printable
-from .schemas import ERRORS, SEED_MAX, OpenAIStop
+from .errors import BadRequest, meant, printable
+from .schemas import OPENAI_ERRORS as ERRORS  # OpenAI's error object on its routes
+from .schemas import TOP_P_MIN, Count, Count0, Count1, Number, OpenAIStop, TopLogprobs
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
@@ -45,12 +46,17 @@ def _completion_prompt(value: Any) -> Any:
     raise ValueError("must be a string (setllm markup allowed), a list of strings, a list of token ids, or a list of those")
 
 
+_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+COMPLETION_PROMPT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}, _IDS,
+                               {"type": "array", "items": _IDS, "minItems": 1}]}  # what _completion_prompt takes
+
+
 class StreamOptions(BaseModel):
     """``stream_options``: ``include_usage`` adds a last chunk with the usage (``choices: []``)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class OpenAIRequest(BaseModel):
@@ -65,27 +71,27 @@ class OpenAIRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # kept in model_extra, to be named
 
     model: str | None = None
-    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
-    n: int = 1
+    temperature: Number = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: Number = Field(default=1.0, ge=TOP_P_MIN, le=1, allow_inf_nan=False)
+    n: Count = 1
     stop: OpenAIStop = None
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stream: bool = False
+    seed: Count0 | None = None
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: Number = 0.0
+    frequency_penalty: Number = 0.0
+    logit_bias: dict[str, Number] | None = None
     user: str | None = None
 
 
 class CompletionRequest(OpenAIRequest):
     """``POST /v1/completions`` (the legacy API, with ``echo`` and ``logprobs``)."""
 
-    prompt: Annotated[Any, BeforeValidator(_completion_prompt)]
-    max_tokens: int | None = Field(default=16, ge=0)
-    echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    best_of: int | None = None
+    prompt: Annotated[Any, BeforeValidator(_completion_prompt), WithJsonSchema(COMPLETION_PROMPT)]
+    max_tokens: Count0 | None = 16
+    echo: StrictBool = False
+    logprobs: TopLogprobs | None = None
+    best_of: Count | None = None
     suffix: str | None = None
 
 
@@ -151,10 +157,10 @@ class ChatRequest(OpenAIRequest):
     """``POST /v1/chat/completions``: ``{{a||b}}`` markup in a message's content makes a set."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    max_tokens: Count1 | None = None
+    max_completion_tokens: Count1 | None = None
+    logprobs: StrictBool = False
+    top_logprobs: Count | None = None
     tools: list | None = None
     response_format: dict | None = None
 
@@ -180,9 +186,10 @@ class ResponsesRequest(OpenAIRequest):
     of messages (``{"role", "content"}``, content a string or ``input_text``/``output_text``
     parts), ``instructions`` a system message before them; read as chat is."""
 
-    input: str | list[dict] = Field(min_length=1)
+    input: Annotated[str | list[dict], Field(min_length=1), WithJsonSchema(  # as enforced; one message, not one per branch
+        {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "object"}, "minItems": 1}]})]
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: Count1 | None = None
     tools: list | None = None
     tool_choice: Any = None
     text: dict | None = None
@@ -495,7 +502,7 @@ def _name_ignored(body: OpenAIRequest, response: Response) -> None:
     route takes (``max_token``) is also a ``setllm-warning``."""
     names = sorted(body.model_extra or ())
     if len(names) > MAX_UNKNOWN_FIELDS:
-        raise Unprocessable(f"body: {len(names)} unknown fields; at most {MAX_UNKNOWN_FIELDS} per request")
+        raise BadRequest(f"body: {len(names)} unknown fields; at most {MAX_UNKNOWN_FIELDS} per request")
     if not names:
         return
     response.headers[IGNORED_HEADER] = _listed([urllib.parse.quote(n, safe="") for n in names], IGNORED_HEADER_BYTES)

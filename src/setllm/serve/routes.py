@@ -25,6 +25,7 @@ from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
     ERRORS,
+    STREAMED,
     AnswerRequest,
     AnswerResponse,
     ChooseRequest,
@@ -74,7 +75,7 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores, **service_of(request).reading(body.adapter, "judge", body.variant))
 
 
-@router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)
+@router.post("/v1/generate", response_model=GenerateResponse, responses={**ERRORS, **STREAMED})
 @declare.prompts(lambda d: [as_prompt(d["prompt"])])
 async def generate(body: GenerateRequest, request: Request) -> GenerateResponse | StreamingResponse:
     """Generate a response to a set prompt (``stream``: its text as it grows)."""
@@ -110,7 +111,8 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     return AnswerResponse(answer=text, **service.reading(body.adapter, model, variant))
 
 
-@router.api_route("/health", methods=["GET", "HEAD"])  # HEAD: a load balancer's probe
+@router.get("/health")
+@router.head("/health", include_in_schema=False)  # a load balancer's probe; one operation in the schema
 async def health(request: Request) -> JSONResponse:
     """200 while serving, 503 while shutting down (so a load balancer stops sending). Under
     ``--api-key``, without the key: the status and that a key is needed, nothing of what is served."""

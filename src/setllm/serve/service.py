@@ -27,7 +27,7 @@ from .batch_check import BatchingCheck
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
-from .errors import NotFound, QueueFull, Unprocessable
+from .errors import BadRequest, NotFound, QueueFull
 from .metrics import Metrics
 
 log = logging.getLogger("setllm.serve")
@@ -234,7 +234,7 @@ class Service:
         if isinstance(prompt, SetPrompt):
             self._check_elements(prompt)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
-            raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
+            raise BadRequest(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
@@ -253,7 +253,7 @@ class Service:
     def check_prompts(self, n: int) -> None:
         """Refuse a request of ``n`` prompts this server will not queue whole."""
         if n > self.config.max_prompts:
-            raise Unprocessable(f"prompt: at most {self.config.max_prompts} prompts per request (--max-prompts), got {n}")
+            raise BadRequest(f"prompt: at most {self.config.max_prompts} prompts per request (--max-prompts), got {n}")
         room = self.batcher.max_queue - self.batcher.queued
         if n > room:
             raise QueueFull(f"queue has room for {room} of this request's {n} prompts (--max-queue {self.batcher.max_queue}); retry shortly")
@@ -273,11 +273,11 @@ class Service:
     def _check_elements(self, prompt: SetPrompt) -> None:
         n = sum(len(s) for s in prompt.sets)
         if n > self.config.max_set_elements:
-            raise Unprocessable(f"prompt: at most {self.config.max_set_elements} set elements per prompt (--max-set-elements), got {n}")
+            raise BadRequest(f"prompt: at most {self.config.max_set_elements} set elements per prompt (--max-set-elements), got {n}")
 
     def _check_count(self, options: Sequence[str]) -> None:
         if len(options) > self.config.max_options:
-            raise Unprocessable(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
+            raise BadRequest(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
 
     # -- reporting --------------------------------------------------------------------------
     def health(self, full: bool = True) -> dict[str, Any]:
