@@ -146,6 +146,8 @@ def test_host_names_on_a_keyless_loopback_server(url):
 def test_head_health_and_half_sent_requests(url):
     r = httpx.head(f"{url}/health")
     assert r.status_code == 200 and r.content == b""
+    r = httpx.get(f"{url}/health", headers={"x-big": "a" * guard.MAX_HEADER_BYTES})  # a whole head at once: h11 lets it through
+    assert r.status_code == 431 and r.json()["error"].startswith("request headers are ")
     address = urllib.parse.urlsplit(url)
     with socket.create_connection((address.hostname, address.port), timeout=5) as half:  # a request head never finished
         half.sendall(b"POST /v1/choose HTTP/1.1\r\nHost: 127.0.0.1\r\n")

@@ -20,10 +20,15 @@ from .errors import ApiError, BadRequest, TooLong
 
 MAX_BODY_BYTES = 1 << 20  # a request body past 1 MiB is refused (413) before the route reads it
 BODY_TIMEOUT_S = 30.0  # a body not sent whole by then is refused (408): a slow client holds no handler
+MAX_HEADER_BYTES = 16 * 1024  # a request's headers, names and values: past it a 431 (h11 bounds only a head that arrives in pieces)
 
 
 class BodyTimeout(ApiError):
     status = 408
+
+
+class HeadersTooLarge(ApiError):
+    status = 431
 
 
 class _Gone(Exception):
@@ -44,6 +49,10 @@ class Guard:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        size = sum(len(name) + len(value) for name, value in scope.get("headers") or ())
+        if size > MAX_HEADER_BYTES:
+            await self._refuse(scope, receive, send, HeadersTooLarge(f"request headers are {size} bytes; at most {MAX_HEADER_BYTES}"))
             return
         try:
             body = await asyncio.wait_for(self._body(scope, receive), BODY_TIMEOUT_S)

@@ -23,6 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ..core import doccache
 from ..core.variants import get_variant
 from ..errors import InputError
+from . import guard
 from .config import ServeConfig
 from .hosts import HostCheck
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # the app holds it: a fleet's launcher opens its socket here 
 
 ABORT_GRACE_S = 3.0  # after a forced stop: time for the running step to end and its 503 to go out
 MAX_CONNECTIONS = 256  # uvicorn's limit_concurrency: connections and requests at once, past it a 503
-MAX_HEADER_BYTES = 16 * 1024  # h11: a request line and headers past it are refused (431/400) and the connection closed
 HEADER_TIMEOUT_S = 10.0  # a connection that has not sent a whole request head by then is closed
 
 
@@ -157,10 +157,10 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
 
     hosts = config.hosts
     served = app if hosts is None else HostCheck(app, hosts, app.state.error_response)  # the app's error shape, without importing the app
-    # uvicorn's own bounds: connections (and their requests) at once, past them a 503; request
-    # line and headers at most 16 KiB (h11); an idle keep-alive connection closed after 5 s.
+    # uvicorn's own bounds: connections (and their requests) at once, past them a 503; a request
+    # head arriving in pieces at most 16 KiB (h11; a whole one: .guard); an idle keep-alive connection closed after 5 s.
     uv = uvicorn.Config(served, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http=HeaderTimeoutH11,
-                        loop="asyncio", limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5)
+                        loop="asyncio", limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=guard.MAX_HEADER_BYTES, timeout_keep_alive=5)
     return DrainingServer(uv, service, announce, config.drain_limit)
 
 
