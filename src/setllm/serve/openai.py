@@ -97,7 +97,7 @@ class CompletionRequest(OpenAIRequest):
 
 class CompletionLogprobs(BaseModel):
     """OpenAI's legacy ``logprobs``: per token its text, log-prob (None where not defined:
-    the first token, and inside a set prompt; see docs/serving.md), the likeliest tokens at
+    the first token, and inside a set prompt; see docs/serving-openai.md), the likeliest tokens at
     its place and its offset in the text of the tokens."""
 
     tokens: list[str]

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from .errors import ApiError, as_api_error
+from .errors import ApiError, as_api_error, openai_error
 
 log = logging.getLogger("setllm.serve")
 DONE = b"data: [DONE]\n\n"
@@ -239,6 +239,6 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 
 def error_event(err: ApiError) -> dict:
-    """An error after the stream began (its status was sent already), in the shape OpenAI's
-    clients read from a stream: they raise it with the message."""
-    return {"error": {"message": err.message, "type": type(err).__name__, "code": err.status}}
+    """An error after the stream began (its status was sent already), as OpenAI's clients read
+    it from a stream: OpenAI's error object, raised with its message."""
+    return {"error": openai_error(err)}
