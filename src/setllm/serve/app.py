@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 
 from .. import __version__
 from ..errors import SetLLMError
-from . import auth, guard, openai, page, warned
+from . import auth, guard, page, warned
 from .config import ServeConfig
 from .errors import (
     ApiError,
@@ -34,13 +34,12 @@ from .errors import (
     meant,
     printable,
 )
-from .routes import ROUTERS
+from .routes import OPENAI_PATHS, ROUTERS
 from .service import Service
 
 ALWAYS_OPEN = ("/health", "/metrics")  # answered while draining too
 API_ROUTES = tuple(r for router in ROUTERS for r in router.routes)
 KNOWN_PATHS = frozenset(r.path for r in API_ROUTES)
-OPENAI_PATHS = frozenset(r.path for r in openai.router.routes)  # errors in OpenAI's shape
 ROUTES = ", ".join(f"{m} {r.path}" for r in (*API_ROUTES, *page.router.routes) for m in sorted(r.methods) if m != "HEAD")  # HEAD: as GET
 CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's own x-request-id, kept where it is this plain
 log = logging.getLogger("setllm.serve")

@@ -25,7 +25,7 @@ from ..errors import SetLLMWarning
 from . import declare
 from .errors import BadRequest, meant, printable
 from .schemas import OPENAI_ERRORS as ERRORS  # OpenAI's error object on its routes
-from .schemas import TOP_P_MIN, Count, Count0, Count1, Number, OpenAIStop, TopLogprobs
+from .schemas import TOP_P_MIN, Count, Count0, Count1, Number, OpenAIStop, OpenAITemperature, TopLogprobs
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
@@ -71,7 +71,7 @@ class OpenAIRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # kept in model_extra, to be named
 
     model: str | None = None
-    temperature: Number = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
+    temperature: OpenAITemperature = 1.0
     top_p: Number = Field(default=1.0, ge=TOP_P_MIN, le=1, allow_inf_nan=False)
     n: Count = 1
     stop: OpenAIStop = None

@@ -111,8 +111,8 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     return AnswerResponse(answer=text, **service.reading(body.adapter, model, variant))
 
 
-@router.get("/health")
 @router.head("/health", include_in_schema=False)  # a load balancer's probe; one operation in the schema
+@router.get("/health")  # registered first: a 405 here names GET
 async def health(request: Request) -> JSONResponse:
     """200 while serving, 503 while shutting down (so a load balancer stops sending). Under
     ``--api-key``, without the key: the status and that a key is needed, nothing of what is served."""
@@ -132,3 +132,4 @@ async def metrics(request: Request) -> PlainTextResponse:
 # Every API router, as the app serves them (:mod:`.app`) and ``--replicas`` reads their
 # declarations (:mod:`.ray.documents`): setllm's own endpoints, then the OpenAI-compatible ones.
 ROUTERS = (router, openai.router)
+OPENAI_PATHS = frozenset(r.path for r in openai.router.routes)  # their errors are OpenAI's error object (.errors.body)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from ..core.variants import VARIANTS
 from ..readouts import DEFAULT_READOUT, READOUTS
@@ -43,6 +43,23 @@ TopLogprobs = integer(ge=0, le=5)
 # The smallest top_p taken: sampling compares masses in float32, where a smaller one reads as 0
 # and drops every token (the library's sampler then has nothing to draw from).
 TOP_P_MIN = 1.1754943508222875e-38  # float32's smallest normal number
+TEMPERATURE_MIN = 1e-6  # below it (0 aside) logits / temperature overflows float32 on the way: the sampler reads inf
+
+
+def _temperature(value: float) -> float:
+    if 0 < value < TEMPERATURE_MIN:
+        raise ValueError(f"must be 0 (greedy) or at least {TEMPERATURE_MIN:g}")
+    return value
+
+
+def sampling_temperature(le: float) -> Any:
+    """A sampling temperature: 0 (greedy) or from :data:`TEMPERATURE_MIN` to ``le``, as the schema says."""
+    schema = {"anyOf": [{"type": "number", "const": 0}, {"type": "number", "minimum": TEMPERATURE_MIN, "maximum": le}]}
+    return Annotated[float, Field(strict=True, ge=0, le=le, allow_inf_nan=False), AfterValidator(_temperature), WithJsonSchema(schema)]
+
+
+OpenAITemperature = sampling_temperature(2)
+Temperature = sampling_temperature(100)
 Number = Annotated[float, Field(strict=True)]  # an int or a float; false is no number (as the schema says)
 PROMPT_HELP = 'a set prompt: markup text ("Q:\\n{{a\\n||b\\n}}Answer:") or a list of text and {"set": [...]} items'
 
@@ -145,7 +162,7 @@ class ScoreResponse(Reading):
 class GenerateRequest(Request):
     prompt: PromptField
     max_new_tokens: Count = 64  # below 1: the library's own 400
-    temperature: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
+    temperature: Temperature = 0.0
     top_p: float = Field(default=1.0, ge=TOP_P_MIN, le=1, allow_inf_nan=False)
     seed: Count0 | None = 0
     stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOPS)
