@@ -50,6 +50,8 @@ BAD = [
     ("/v1/generate", {"prompt": "x", "top_p": 0}, 422, TOP_P_MIN),
     ("/v1/completions", {"prompt": "x", "top_p": 5e-324}, 422, TOP_P_MIN),  # 0 in float32: once a 500
     ("/v1/generate", {"prompt": "x", "temperature": 1e-38, "max_new_tokens": 2}, 422, "temperature: must be 0 (greedy) or at least 1e-06"),  # once a 500
+    ("/v1/completions", {"prompt": "x", "stop": "", "stream": True}, 422, "stop: a stop string must not be empty"),  # its stream sent text, its answer was ""
+    ("/v1/generate", {"prompt": "x", "stop": [""]}, 422, "stop[0]: String should have at least 1 character"),
     ("/v1/generate", {"prompt": "x", "max_new_tokens": "3"}, 422, "max_new_tokens: Input should be a valid integer"),
     ("/v1/generate", {"prompt": "x", "seed": 2**64}, 422, "seed: Input should be less than or equal to"),
     ("/v1/generate", {"prompt": "x", "stop": "\n"}, 422, "stop: Input should be a valid list"),

@@ -87,16 +87,18 @@ def stop_form(value: Any) -> Any:
     stops = [value] if isinstance(value, str) else value or []
     if len(stops) > MAX_STOPS:
         raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+    if any(not s for s in stops):  # "" is found at once: the answer would be "" while a stream sent text
+        raise ValueError("a stop string must not be empty")
     if any(len(s) > MAX_STOP_CHARS for s in stops):
         raise ValueError(f"a stop string has at most {MAX_STOP_CHARS} characters, got {max(len(s) for s in stops)}")
     return value
 
 
-StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 # What stop_form takes, as the schema says it (one message where a union would list one per branch).
 OpenAIStop = Annotated[Any, BeforeValidator(stop_form), WithJsonSchema({"anyOf": [
-    {"type": "string", "maxLength": MAX_STOP_CHARS},
-    {"type": "array", "items": {"type": "string", "maxLength": MAX_STOP_CHARS}, "maxItems": MAX_STOPS},
+    {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
+    {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}, "maxItems": MAX_STOPS},
     {"type": "null"}]})]
 
 
