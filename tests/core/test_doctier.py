@@ -133,7 +133,7 @@ def test_a_bad_file_is_refused_in_one_warning_and_the_document_computed_again(lm
         warnings.simplefilter("always")
         assert lm.score(prompt(DOCS[:3]), OPTIONS) == want
     refused = [str(w.message) for w in caught if "document cache" in str(w.message)]
-    assert len(refused) == len(bad) and all(r.startswith(f"document cache: refused {p} ({how.split()[0]}") for r, p in zip(refused, sorted(bad)))
+    assert len(refused) == len(bad) and all(r.startswith(f"document cache: refused {p.name} ({how.split()[0]}") for r, p in zip(refused, sorted(bad)))
     assert all("\n" not in r for r in refused)
     s = store.stats()
     assert (s.disk_refused, s.misses, s.disk_writes) == (len(bad), len(bad), len(bad))
@@ -152,9 +152,9 @@ def test_a_bad_file_never_reaches_memory_at_the_tier(tmp_path, how):
     victim = tmp_path / doctier.file_name(key(1))
     _damage(victim, how)
     tier = doctier.DiskTier(tmp_path, 10**9)
-    with pytest.warns(SetLLMWarning, match=f"refused {victim}"):
+    with pytest.warns(SetLLMWarning, match=f"refused {victim.name} ") as said:  # the file's name, never its folder
         assert tier.get(key(1)) is None
-    assert tier.refused == 1
+    assert str(tmp_path) not in str(said[0].message) and tier.refused == 1
     for i in (0, 2):
         got = tier.get(key(i))
         assert got is None or all(torch.equal(a, b) for pair, mine in zip(got, made[i]) for a, b in zip(pair, mine))
@@ -310,3 +310,43 @@ def test_a_model_without_adapters_reads_documents_without_importing_peft():
     out = subprocess.run([sys.executable, "-c", PLAIN_MODEL, str(tests)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "False"
+
+
+def _layers():
+    return [(torch.randn(1, 2, 7, 4), torch.randn(1, 2, 7, 4)) for _ in range(3)]
+
+
+def test_the_tier_touches_only_its_own_files(tmp_path):
+    """A folder shared with other files (a model's weights, a note): they are never counted,
+    evicted or deleted, however small the bound."""
+    (tmp_path / "model.safetensors").write_bytes(b"w" * 3_000_000)
+    (tmp_path / "0963ae3e2ee0856817dc58916ad1df687bc7f971.safetensors").write_bytes(b"x" * 10)  # a name like ours, not ours
+    size = len(b"".join(bytes(c) for c in doctier._encode(key(0), _layers())))
+    tier = doctier.DiskTier(tmp_path, 2 * size)
+    assert tier.entries == 0 and tier.bytes == 0
+    for i in range(4):
+        tier.put(key(i), _layers())
+    tier.clear()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0963ae3e2ee0856817dc58916ad1df687bc7f971.safetensors", "model.safetensors"]
+    assert (tmp_path / "model.safetensors").stat().st_size == 3_000_000
+
+
+@pytest.mark.parametrize("fault", ["a file where the folder is", "the folder replaced by a file"])
+def test_a_folder_fault_leaves_memory_with_one_log_line_and_no_path_for_clients(tmp_path, fault, caplog):
+    folder = tmp_path / "cache"
+    if fault == "a file where the folder is":
+        folder.write_text("not a folder")
+        tier = doctier.DiskTier(folder, 10**9)
+    else:
+        tier = doctier.DiskTier(folder, 10**9)
+        tier.put(key(0), _layers())
+        folder.rename(tmp_path / "moved")
+        folder.write_text("not a folder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing a server would send to a client
+        for i in range(3):
+            tier.put(key(i), _layers())
+            assert tier.get(key(i)) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "setllm.doccache"]
+    assert len(lines) == 1 and str(folder) in lines[0] and "kept in memory only" in lines[0], lines
+    assert tier.fault is not None and tier.entries == 0

@@ -12,6 +12,7 @@ from server_process import serve_process
 
 from setllm.errors import InputError, SetLLMWarning
 from setllm.serve import ServeConfig
+from setllm.serve.app import OPENAI_PATHS
 
 KEY = "s3cret-key"
 CHOOSE = {"question": "Which is a fruit?", "options": ["dog", "apple", "car"]}
@@ -27,9 +28,14 @@ def test_every_route_but_health_and_the_page_needs_the_key(lm):
             for headers, message in [({}, "this server needs an API key: send the header 'Authorization: Bearer KEY'"),
                                      ({"Authorization": "Bearer wrong"}, "wrong API key"),
                                      ({"Authorization": f"Bearer {KEY}x"}, "wrong API key"),
-                                     ({"Authorization": f"Basic {KEY}"}, "Authorization must be 'Bearer KEY', got a 'Basic' header")]:
+                                     ({"Authorization": f"Basic {KEY}"}, "the Authorization header must be 'Bearer KEY'"),
+                                     ({"Authorization": KEY}, "the Authorization header must be 'Bearer KEY'")]:  # no word of the key
                 r = client.request(method, path, json=body, headers=headers)
-                assert (r.status_code, r.json()) == (401, {"error": message}), (path, headers)
+                got = r.json()["error"]
+                if path in OPENAI_PATHS:  # OpenAI's error object, as its SDKs read it
+                    assert got["code"] == "invalid_api_key" and got["type"] == "invalid_request_error", got
+                    got = got["message"]
+                assert (r.status_code, got) == (401, message), (path, headers)
                 assert r.headers["www-authenticate"] == "Bearer"
         ok = client.post("/v1/choose", json=CHOOSE, headers={"Authorization": f"Bearer {KEY}"})
         assert ok.status_code == 200 and ok.json()["answer"] == lm.choose(CHOOSE["question"], CHOOSE["options"]).answer
@@ -87,7 +93,7 @@ def test_the_openai_client_passes_with_its_api_key(model_dir):
         bad = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError) as err:
             bad.completions.create(model="setllm", prompt="Hello", max_tokens=1)
-        assert err.value.status_code == 401 and err.value.body == "wrong API key"  # the client keeps the one line
+        assert err.value.status_code == 401 and err.value.body["message"] == "wrong API key" and err.value.code == "invalid_api_key"  # OpenAI's error object
 
 
 @pytest.mark.parametrize("variant", ["causal-pe", "sbp", "canonical", "setmask-setpe"])

@@ -88,15 +88,36 @@ def test_chat_reads_markup_as_a_set_inside_the_template(client, lm):
 
 
 def test_the_clients_error_classes_carry_our_one_line(client):
-    with pytest.raises(openai.BadRequestError) as bad:
-        client.chat.completions.create(model="setllm", messages=[{"role": "user", "content": "hi"}], n=2)
-    assert bad.value.status_code == 400 and bad.value.body == "n: only n=1 is supported"
-    with pytest.raises(openai.UnprocessableEntityError) as bad:
+    """OpenAI's error object: the SDK's exception carries the message in its own text, and its
+    ``param``, ``code`` and ``type`` (an SDK reading only ``{"error": "<line>"}`` says ``Error code: 400``)."""
+    cases = [(openai.BadRequestError, dict(messages=[{"role": "user", "content": "hi"}], n=2), "n: only n=1 is supported", "n", None),
+             (openai.NotFoundError, dict(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]),
+              "no adapter or model 'gpt-4o' on this server; it serves: setllm ('setllm' or no name: the default reading)", None, "model_not_found"),
+             (openai.BadRequestError, dict(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+              "messages[0].content: a string or a list of text parts (text); this server reads text only, got part type 'image_url'",
+              "messages[0].content", None),
+             (openai.UnprocessableEntityError, dict(messages=[{"role": "user", "content": "hi"}], stop=["x" * 300]),
+              "stop: a stop string has at most 256 characters, got 300", "stop", None)]
+    for error, kwargs, message, param, code in cases:
+        with pytest.raises(error) as bad:
+            client.chat.completions.create(**{"model": "setllm", **kwargs})
+        assert bad.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": code}, bad.value.body
+        assert message in bad.value.message and (bad.value.param, bad.value.code) == (param, code)
+    with pytest.raises(openai.BadRequestError) as bad:  # a bound of this server, not of the schema: 400, as OpenAI's own
         client.completions.create(model="setllm", prompt="hi", max_tokens=100000)
-    assert bad.value.body == "max_tokens: at most 512 on this server (--max-generate-tokens), got 100000"
+    assert bad.value.body["message"] == "max_tokens: at most 512 on this server (--max-generate-tokens), got 100000"
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model="setllm", prompt="hi", max_tokens=0)
-    assert bad.value.body == "max_tokens: 0 generates nothing; it is only useful with echo: true"
+    assert bad.value.body["message"] == "max_tokens: 0 generates nothing; it is only useful with echo: true"
+
+
+def test_text_content_parts_read_as_their_text(client):
+    """A message whose content is OpenAI's text parts (what several clients send) is that text."""
+    plain = client.chat.completions.create(model="setllm", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0)
+    parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hi."}]
+    split = client.chat.completions.create(model="setllm", messages=[{"role": "user", "content": parts}], max_tokens=4, temperature=0)
+    assert split.choices[0].message.content == plain.choices[0].message.content
+    assert split.usage.prompt_tokens == plain.usage.prompt_tokens
 
 
 def _lm_eval(*argv: str) -> subprocess.CompletedProcess:

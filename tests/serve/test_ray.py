@@ -98,7 +98,7 @@ REQUESTS = [
     ("GET", "/v1/models", None),
     ("POST", "/v1/choose", {"question": "Which city?"}),  # 422
     ("POST", "/v1/choose", {"question": "Which?", "options": ["a", "b"], "adapter": "nope"}),  # 404
-    ("POST", "/v1/generate", {"prompt": "x", "max_new_tokens": 100000}),  # 422
+    ("POST", "/v1/generate", {"prompt": "x", "max_new_tokens": 100000}),  # 400 (--max-generate-tokens)
 ]
 
 

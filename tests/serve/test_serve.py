@@ -92,6 +92,9 @@ def test_unknown_fields_are_ignored_by_the_openai_routes_and_named_but_refused_b
             assert plain.status_code == more.status_code == 200, more.text
             assert more.json()["choices"] == plain.json()["choices"]
             assert more.headers["setllm-ignored-fields"] == "metadata,service_tier,store" and "setllm-ignored-fields" not in plain.headers
+            assert "setllm-warning" not in more.headers  # OpenAI's own fields are no typo (store is not stream)
+        typo = client.post("/v1/completions", json={**completion, "max_token": 3})
+        assert typo.status_code == 200 and typo.headers["setllm-warning"] == "max_token: not a field of this route, ignored; did you mean 'max_tokens'?"
         r = client.post("/v1/choose", json={"question": "Q?", "options": ["a", "b"], "store": False})
         assert r.status_code == 422 and "store" in r.json()["error"]
 
@@ -215,7 +218,7 @@ def test_the_openai_client_works(lm):
             client.completions.create(model="gpt-4o", prompt="Hi")
         with pytest.raises(openai.BadRequestError) as error:
             client.completions.create(model="setllm", prompt="Hi", n=2)
-        assert error.value.body == "n: only n=1 is supported"  # our {"error": ...} line
+        assert error.value.body["message"] == "n: only n=1 is supported" and error.value.param == "n"  # OpenAI's error object
 
 
 def test_judge_is_order_invariant_and_matches_the_library(lm):

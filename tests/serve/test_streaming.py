@@ -181,7 +181,8 @@ def test_a_refusal_before_the_first_event_is_the_status(lm):
         r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi " * 3000}], "max_tokens": 4, "stream": True})
         assert r.status_code == 413 and not r.headers["content-type"].startswith("text/event-stream")
         r = client.post("/v1/completions", json={"prompt": "x", "model": "gpt-4o", "stream": True})
-        assert r.status_code == 404 and r.json()["error"].startswith("no adapter or model 'gpt-4o' on this server; it serves: setllm")
+        assert r.status_code == 404 and r.json()["error"]["message"].startswith("no adapter or model 'gpt-4o' on this server; it serves: setllm")
+        assert r.json()["error"]["code"] == "model_not_found" and r.json()["error"]["param"] is None
 
 
 SETLLM_ROUTES = [("/v1/choose", {"question": "Which?", "options": ["a", "b"]}), ("/v1/score", {"prompt": markup(ITEMS)}),
@@ -207,7 +208,7 @@ def test_one_adapter_served_every_other_name_is_a_404_on_every_route(lm):
             for name in ("gpt-4o", "base", "choose"):
                 for stream in (False, True):
                     r = client.post(path, json={**body, "model": name, "stream": stream})
-                    assert r.status_code == 404 and r.json()["error"].startswith(f"no adapter or model {name!r}"), (path, name)
+                    assert r.status_code == 404 and r.json()["error"]["message"].startswith(f"no adapter or model {name!r}"), (path, name)
 
 
 def test_a_warning_goes_back_with_its_request_and_names_it_in_the_log(lm):

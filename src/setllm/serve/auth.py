@@ -21,6 +21,7 @@ ENV_VAR = "SETLLM_API_KEY"
 
 class Unauthorized(ApiError):
     status = 401
+    code = "invalid_api_key"
 
     def __init__(self, message: str):
         super().__init__(message, {"WWW-Authenticate": "Bearer"})
@@ -44,7 +45,8 @@ def _credentials(authorization: str | None, key: str) -> Unauthorized | None:
         return Unauthorized("this server needs an API key: send the header 'Authorization: Bearer KEY'")
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer":
-        return Unauthorized(f"Authorization must be 'Bearer KEY', got a {scheme[:20]!r} header")
+        # Not a word of what was sent: a key pasted without "Bearer " is the whole header.
+        return Unauthorized("the Authorization header must be 'Bearer KEY'")
     if not hmac.compare_digest(token.strip().encode(), key.encode()):
         return Unauthorized("wrong API key")
     return None

@@ -27,6 +27,13 @@ class ServeConfig:
         batch_window_ms: how long the first request of a batch waits for company.
         max_options: most options in one choose/score request.
         max_generate_tokens: most tokens one generate/completions request may ask for.
+        max_prompts: most prompts one ``/v1/completions`` request may list.
+        max_set_elements: most set elements (options, documents, ``{{a||b}}`` elements) in
+            one prompt: each is read on its own, so they are bounded apart from tokens.
+        allowed_hosts: the ``Host`` names the server answers (comma-separated; ``*``: any);
+            None: loopback names only for a server without ``--api-key`` on a loopback
+            address (a web page that rebinds its DNS name to 127.0.0.1 cannot reach it),
+            any otherwise.
         drain_s: how long a stop signal waits for accepted requests (None: ``timeout_s``).
         batch_check: score a probe alone and in batches (once per machine, in the background)
             and batch only identical requests if this machine gives other low bits in a batch
@@ -50,6 +57,12 @@ class ServeConfig:
     batch_window_ms: float = field(default=5.0, metadata={"help": "how long a batch waits for more requests", "metavar": "MS"})
     max_options: int = field(default=64, metadata={"help": "most options in one choose/score request", "metavar": "N"})
     max_generate_tokens: int = field(default=512, metadata={"help": "most new tokens one generate/completions request may ask for", "metavar": "N"})
+    max_prompts: int = field(default=16, metadata={"help": "most prompts one /v1/completions request may list", "metavar": "N"})
+    max_set_elements: int = field(default=256, metadata={"help": "most set elements (options, documents, {{a||b}} elements) in one prompt",
+                                                         "metavar": "N"})
+    allowed_hosts: str | None = field(default=None, metadata={
+        "help": "Host header names answered, comma-separated ('*': any; default: loopback names only for a server on a loopback "
+                "address without --api-key, else any)", "metavar": "NAMES"})
     drain_s: float | None = field(default=None, metadata={"help": "seconds a stop waits for accepted requests before answering them 503 "
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={
@@ -76,6 +89,10 @@ class ServeConfig:
             _at_least("--max-prompt-tokens", self.max_prompt_tokens, 1)
         _at_least("--max-options", self.max_options, 2)
         _at_least("--max-generate-tokens", self.max_generate_tokens, 1)
+        _at_least("--max-prompts", self.max_prompts, 1)
+        _at_least("--max-set-elements", self.max_set_elements, 2)
+        if self.allowed_hosts is not None and not self.allowed_hosts.strip(", "):
+            raise InputError("--allowed-hosts must name at least one host (or '*')")
         if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise InputError(f"--timeout-s must be a positive number of seconds, got {self.timeout_s!r}")
         if not (isinstance(self.batch_window_ms, (int, float)) and 0 <= self.batch_window_ms <= 1000):
@@ -91,6 +108,14 @@ class ServeConfig:
     @property
     def loopback(self) -> bool:
         return self.host in LOOPBACK_HOSTS
+
+    @property
+    def hosts(self) -> frozenset[str] | None:
+        """The ``Host`` names answered, lower case without a port (None: any)."""
+        if self.allowed_hosts is None:
+            return frozenset(("localhost", "127.0.0.1", "::1")) if self.loopback and self.api_key is None else None
+        names = frozenset(n.strip().lower().strip("[]") for n in self.allowed_hosts.split(",") if n.strip())
+        return None if "*" in names else names
 
     @property
     def drain_limit(self) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -133,6 +134,40 @@ class _Stopped(Exception):
         self.reason = reason
 
 
+# Why the forward running on this thread should stop now (None: it runs on). Read by a hook on
+# each decoder layer (:func:`install_checks`): a request timed out, abandoned by its client or
+# stopped by a shutdown frees the model within one layer's forward, in a prefill as in decoding.
+_STOP: ContextVar[Callable[[], ApiError | None] | None] = ContextVar("setllm_stop", default=None)
+_CHECKED = "_setllm_stop_checks"  # set on a model's layer list once its hooks are in
+
+
+def install_checks(model) -> None:
+    """A pre-hook on each decoder layer of ``model`` (its longest ``ModuleList``), once: it
+    raises :class:`_Stopped` when :data:`_STOP` says so, and does nothing outside a server's
+    request (no stop set) or while a CUDA graph is captured (a capture must not be cut)."""
+    layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len, default=None)
+    if layers is None or getattr(layers, _CHECKED, False):
+        return
+    for layer in layers:
+        layer.register_forward_pre_hook(_check_stop)
+    setattr(layers, _CHECKED, True)
+
+
+def _check_stop(module, args) -> None:
+    stop = _STOP.get()
+    reason = stop() if stop is not None else None
+    if reason is not None and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        raise _Stopped(reason)
+
+
+def _all_stopped(items: Sequence[Item]) -> Callable[[], ApiError | None]:
+    """A shared forward stops only once each of its requests would (the others still want it)."""
+    def reason() -> ApiError | None:
+        reasons = [item.stop_reason() for item in items]
+        return reasons[0] if all(r is not None for r in reasons) else None
+    return reason
+
+
 class Engine:
     """Runs jobs on a :class:`setllm.SetLLM` (on the calling thread, which must be the only
     one touching it).
@@ -184,6 +219,8 @@ class Engine:
             return
         job = items[live[0].index].job
         alone = getattr(items[live[0].index], "notes", None) if len(live) == 1 else None  # a shared forward's words are nobody's
+        install_checks(self.lm.model)
+        token = _STOP.set(_all_stopped([items[p.index] for p in live]))
         try:
             with warned.collecting(alone):
                 if isinstance(job, GenerateJob):
@@ -193,6 +230,9 @@ class Engine:
                 else:
                     results = self.score_group(live)
             yield from zip(live, results)
+        except _Stopped as stopped:  # every request of the forward gave up (or the server stops): none is answered
+            for prep in live:
+                yield prep, items[prep.index].stop_reason() or stopped.reason
         except Exception as e:  # noqa: BLE001 - a failed forward is answered, never raised
             if len(live) == 1:
                 yield live[0], self._failure(e, items[live[0].index])
@@ -200,11 +240,13 @@ class Engine:
             # Find the request at fault: each alone (alone gives the same bits as batched).
             for prep in live:
                 yield from self._run_group([prep], items)
+        finally:
+            _STOP.reset(token)
 
     def _failure(self, exc: Exception, item: Item) -> ApiError:
         err = as_api_error(exc)
-        if err.status >= 500:
-            log.error("request failed: %r", item.job, exc_info=exc)
+        if err.status >= 500:  # the job's kind and size, never its prompt: a log is no place for what clients sent
+            log.error("request failed: %s", _described(item.job), exc_info=exc)
         return err
 
     # -- preparing: everything that can be the request's own fault --------------------------
@@ -295,6 +337,12 @@ class Engine:
 
     def _piece(self, token: int) -> str:
         return self.lm.tokenizer.decode([token])
+
+
+def _described(job) -> str:
+    prompt = getattr(job, "prompt", None)
+    size = f"{len(prompt)} tokens" if isinstance(prompt, tuple) else f"{len(prompt.segments)} segments" if prompt is not None else "no prompt"
+    return f"{type(job).__name__} for model {job.model!r}, prompt of {size}"
 
 
 class Engines:

@@ -9,25 +9,30 @@ named here is importable at module level.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
+import urllib.parse
 import uuid
+import warnings
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
+from ..errors import SetLLMWarning
 from . import declare, structured, tools
-from .errors import BadRequest
-from .schemas import ERRORS, SEED_MAX, stop_form
+from .errors import BadRequest, meant, printable
+from .schemas import OPENAI_ERRORS as ERRORS  # OpenAI's error object on its routes
+from .schemas import TOP_P_MIN, Count, Count0, Count1, Number, OpenAIStop, OpenAITemperature, TopLogprobs
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
-IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored, comma-separated
+IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored (:func:`_name_ignored`)
+MAX_UNKNOWN_FIELDS = 64  # more unknown fields in one body: 422 (no client of OpenAI's API sends that many)
+IGNORED_HEADER_BYTES = 1024  # the header names the first fields that fit; the rest are counted
 
 
 def _completion_prompt(value: Any) -> Any:
@@ -42,12 +47,17 @@ def _completion_prompt(value: Any) -> Any:
     raise ValueError("must be a string (setllm markup allowed), a list of strings, a list of token ids, or a list of those")
 
 
+_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+COMPLETION_PROMPT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}, _IDS,
+                               {"type": "array", "items": _IDS, "minItems": 1}]}  # what _completion_prompt takes
+
+
 class StreamOptions(BaseModel):
     """``stream_options``: ``include_usage`` adds a last chunk with the usage (``choices: []``)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class OpenAIRequest(BaseModel):
@@ -62,33 +72,33 @@ class OpenAIRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # kept in model_extra, to be named
 
     model: str | None = None
-    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
-    n: int = 1
-    stop: Annotated[Any, BeforeValidator(stop_form)] = None
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stream: bool = False
+    temperature: OpenAITemperature = 1.0
+    top_p: Number = Field(default=1.0, ge=TOP_P_MIN, le=1, allow_inf_nan=False)
+    n: Count = 1
+    stop: OpenAIStop = None
+    seed: Count0 | None = None
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: Number = 0.0
+    frequency_penalty: Number = 0.0
+    logit_bias: dict[str, Number] | None = None
     user: str | None = None
 
 
 class CompletionRequest(OpenAIRequest):
     """``POST /v1/completions`` (the legacy API, with ``echo`` and ``logprobs``)."""
 
-    prompt: Annotated[Any, BeforeValidator(_completion_prompt)]
-    max_tokens: int | None = Field(default=16, ge=0)
-    echo: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    best_of: int | None = None
+    prompt: Annotated[Any, BeforeValidator(_completion_prompt), WithJsonSchema(COMPLETION_PROMPT)]
+    max_tokens: Count0 | None = 16
+    echo: StrictBool = False
+    logprobs: TopLogprobs | None = None
+    best_of: Count | None = None
     suffix: str | None = None
 
 
 class CompletionLogprobs(BaseModel):
     """OpenAI's legacy ``logprobs``: per token its text, log-prob (None where not defined:
-    the first token, and inside a set prompt; see docs/serving.md), the likeliest tokens at
+    the first token, and inside a set prompt; see docs/serving-openai.md), the likeliest tokens at
     its place and its offset in the text of the tokens."""
 
     tokens: list[str]
@@ -119,26 +129,44 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ContentPart(BaseModel):
+    """One of OpenAI's content parts: a text part (``{"type": "text", "text": ...}``) reads as
+    its text; any other kind is refused with a 400 naming it (:func:`_parts_text`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
 class ChatMessage(BaseModel):
-    """A message; an assistant's may hold ``tool_calls`` (then no content), a ``tool`` message
-    the result of the call ``tool_call_id`` names."""
+    """A message: its content a string or OpenAI's content parts (text parts only); an
+    assistant's may hold ``tool_calls`` (then no content), a ``tool`` message the result of
+    the call ``tool_call_id`` names."""
 
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict] | None = None
+    content: str | list[ContentPart] | None = None
     tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
+
+    def as_text(self, where: str) -> dict:
+        """The message with its content as one string (``where``: its field, for the error)."""
+        data = self.model_dump()
+        if isinstance(self.content, list):
+            data["content"] = _parts_text(f"{where}.content", [p.model_dump() for p in self.content], ("text",))
+        return data
 
 
 class ChatRequest(OpenAIRequest):
     """``POST /v1/chat/completions``: ``{{a||b}}`` markup in a message's content makes a set."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    max_tokens: Count1 | None = None
+    max_completion_tokens: Count1 | None = None
+    logprobs: StrictBool = False
+    top_logprobs: Count | None = None
     tools: list | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # one call at most: either way
@@ -174,9 +202,10 @@ class ResponsesRequest(OpenAIRequest):
     of messages (``{"role", "content"}``, content a string or ``input_text``/``output_text``
     parts), ``instructions`` a system message before them; read as chat is."""
 
-    input: str | list[dict] = Field(min_length=1)
+    input: Annotated[str | list[dict], Field(min_length=1), WithJsonSchema(  # as enforced; one message, not one per branch
+        {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "object"}, "minItems": 1}]})]
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: Count1 | None = None
     tools: list | None = None
     tool_choice: Any = None
     text: dict | None = None
@@ -215,9 +244,10 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
     generate = _generation(service, shape)
     if body.stream:
+        service.check_prompts(len(prompts))
         jobs = [lambda sink, p=p: generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
         return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
-    outs = await asyncio.gather(*(generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
+    outs = await service.generate_all(prompts, config, "max_tokens", body.logprobs, body.echo, body.model, using=generate)
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
     return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model), choices=choices,
@@ -236,7 +266,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
     offer = tools.offered(body)
     shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
-    prompt = service.chat([*shown, *tools.as_template([m.model_dump() for m in body.messages])], body.model)
+    prompt = service.chat([*shown, *tools.as_template([m.as_text(f"messages[{i}]") for i, m in enumerate(body.messages)])], body.model)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
     generate = _generation(service, shape)
@@ -408,12 +438,24 @@ def _input_message(i: int, item: dict) -> dict:
                          f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")
     if isinstance(content, str):
         return {"role": role, "content": content}
-    if not isinstance(content, list) or any(not isinstance(p, dict) or p.get("type") not in TEXT_PARTS for p in content):
+    if not isinstance(content, list) or any(not isinstance(p, dict) for p in content):
         raise BadRequest(f"input[{i}].content: a string or a list of text parts ({', '.join(TEXT_PARTS)})")
-    return {"role": role, "content": "".join(str(p.get("text", "")) for p in content)}
+    return {"role": role, "content": _parts_text(f"input[{i}].content", content, TEXT_PARTS)}
 
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def _parts_text(where: str, parts: list[dict], kinds: tuple[str, ...]) -> str:
+    """Content parts as their text, joined: only text parts (``kinds``); another kind (an
+    image, audio, a file) is a 400 naming it, never read as nothing."""
+    other = sorted({repr(p.get("type")) for p in parts if p.get("type") not in kinds})
+    if other:
+        raise BadRequest(f"{where}: a string or a list of text parts ({', '.join(kinds)}); this server reads text only, got part type {', '.join(other)}")
+    empty = [i for i, p in enumerate(parts) if not isinstance(p.get("text"), str)]
+    if empty:
+        raise BadRequest(f"{where}[{empty[0]}].text: a text part needs its text (a string)")
+    return "".join(p["text"] for p in parts)
 
 
 class _ResponseEvents(_Chunks):
@@ -491,9 +533,29 @@ async def models(request: Request) -> dict:
 
 
 def _name_ignored(body: OpenAIRequest, response: Response) -> None:
-    """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header)."""
-    if body.model_extra:
-        response.headers[IGNORED_HEADER] = ",".join(sorted(body.model_extra))
+    """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header), each
+    percent-encoded (a JSON name may hold any character; a header only some), comma-separated,
+    at most :data:`IGNORED_HEADER_BYTES` (then ``+N more``); a name close to a field this
+    route takes (``max_token``) is also a ``setllm-warning``."""
+    names = sorted(body.model_extra or ())
+    if len(names) > MAX_UNKNOWN_FIELDS:
+        raise BadRequest(f"body: {len(names)} unknown fields; at most {MAX_UNKNOWN_FIELDS} per request")
+    if not names:
+        return
+    response.headers[IGNORED_HEADER] = _listed([urllib.parse.quote(n, safe="") for n in names], IGNORED_HEADER_BYTES)
+    for name in names:
+        if close := meant(name, type(body).model_fields):
+            warnings.warn(f"{printable(name)}: not a field of this route, ignored; did you mean {close!r}?", SetLLMWarning, stacklevel=2)
+
+
+def _listed(names: list[str], limit: int) -> str:
+    """``names`` comma-separated, the first that fit in ``limit`` bytes, then ``+N more``."""
+    text, shown = "", 0
+    for name in names:
+        if len(text) + len(name) + 1 > limit - 16:
+            return f"{text},+{len(names) - shown} more"
+        text, shown = f"{text},{name}" if text else name, shown + 1
+    return text
 
 
 def _refuse_unsupported(body, fields: dict) -> None:

@@ -25,6 +25,7 @@ from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
     ERRORS,
+    STREAMED,
     AnswerRequest,
     AnswerResponse,
     ChooseRequest,
@@ -74,7 +75,7 @@ async def judge(body: JudgeRequest, request: Request) -> JudgeResponse:
     return JudgeResponse(best=ranking[0], ranking=ranking, scores=scores, **service_of(request).reading(body.adapter, "judge", body.variant))
 
 
-@router.post("/v1/generate", response_model=GenerateResponse, responses=ERRORS)
+@router.post("/v1/generate", response_model=GenerateResponse, responses={**ERRORS, **STREAMED})
 @declare.prompts(lambda d: [as_prompt(d["prompt"])])
 async def generate(body: GenerateRequest, request: Request) -> GenerateResponse | StreamingResponse:
     """Generate a response to a set prompt (``stream``: its text as it grows)."""
@@ -110,7 +111,8 @@ async def answer(body: AnswerRequest, request: Request) -> AnswerResponse:
     return AnswerResponse(answer=text, **service.reading(body.adapter, model, variant))
 
 
-@router.get("/health")
+@router.head("/health", include_in_schema=False)  # a load balancer's probe; one operation in the schema
+@router.get("/health")  # registered first: a 405 here names GET
 async def health(request: Request) -> JSONResponse:
     """200 while serving, 503 while shutting down (so a load balancer stops sending). Under
     ``--api-key``, without the key: the status and that a key is needed, nothing of what is served."""
@@ -130,3 +132,4 @@ async def metrics(request: Request) -> PlainTextResponse:
 # Every API router, as the app serves them (:mod:`.app`) and ``--replicas`` reads their
 # declarations (:mod:`.ray.documents`): setllm's own endpoints, then the OpenAI-compatible ones.
 ROUTERS = (router, openai.router)
+OPENAI_PATHS = frozenset(r.path for r in openai.router.routes)  # their errors are OpenAI's error object (.errors.body)

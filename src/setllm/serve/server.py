@@ -18,16 +18,48 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..core import doccache
 from ..core.variants import get_variant
 from ..errors import InputError
+from . import guard
 from .config import ServeConfig
+from .hosts import HostCheck
 
 if TYPE_CHECKING:  # the app holds it: a fleet's launcher opens its socket here without the model's imports (torch)
     from .service import Service
 
 ABORT_GRACE_S = 3.0  # after a forced stop: time for the running step to end and its 503 to go out
+MAX_CONNECTIONS = 256  # uvicorn's limit_concurrency: connections and requests at once, past it a 503
+HEADER_TIMEOUT_S = 10.0  # a connection that has not sent a whole request head by then is closed
+
+
+class HeaderTimeoutH11(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive within
+    :data:`HEADER_TIMEOUT_S` (uvicorn times out idle keep-alive connections, but not one that
+    sends half a request and waits: forty of them would hold forty sockets forever). A body
+    too slow is the app's to refuse (:mod:`.guard`)."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._head_late)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not None and self._head_timer is not None:  # a request head arrived: its cycle runs
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.cycle is None and not self.transport.is_closing():
+            self.transport.close()
 
 
 def open_socket(host: str, port: int) -> socket.socket:
@@ -123,7 +155,12 @@ def make_server(app, config: ServeConfig, sock: socket.socket) -> DrainingServer
                 f"{' (exact)' if lm.exact else ''}{judge}\n{documents_line(service)}\nsetllm serve: listening on {url} ({where})\n"
                 f"setllm serve: batching {service.batching} (up to {service.batcher.max_batch_size} requests per forward); Ctrl-C stops")
 
-    uv = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http="h11", loop="asyncio")
+    hosts = config.hosts
+    served = app if hosts is None else HostCheck(app, hosts, app.state.error_response)  # the app's error shape, without importing the app
+    # uvicorn's own bounds: connections (and their requests) at once, past them a 503; a request
+    # head arriving in pieces at most 16 KiB (h11; a whole one: .guard); an idle keep-alive connection closed after 5 s.
+    uv = uvicorn.Config(served, log_level="warning", access_log=False, timeout_graceful_shutdown=1, lifespan="on", http=HeaderTimeoutH11,
+                        loop="asyncio", limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=guard.MAX_HEADER_BYTES, timeout_keep_alive=5)
     return DrainingServer(uv, service, announce, config.drain_limit)
 
 

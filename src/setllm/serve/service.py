@@ -7,6 +7,7 @@ A new endpoint (a judge, say) is a schema in :mod:`.schemas` and a few lines in
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from .batch_check import BatchingCheck
 from .batcher import Batcher
 from .config import ServeConfig
 from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
-from .errors import NotFound, Unprocessable
+from .errors import BadRequest, NotFound, QueueFull
 from .metrics import Metrics
 
 log = logging.getLogger("setllm.serve")
@@ -176,6 +177,7 @@ class Service:
     async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None, variant: str | None = None) -> Scores:
         """``adapter``: the model a request named (None: the main one; see :meth:`engine_key`);
         ``variant``: the reading it asked for (None: that model's own)."""
+        self._check_elements(prompt)
         return await self.batcher.submit(ScoreJob(prompt, tuple(options), self.engine_key(adapter, variant=variant)))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None,
@@ -229,10 +231,34 @@ class Service:
         :class:`GenerateJob`; ``adapter``: as :meth:`score`'s (``default``: the model of a
         request naming none)."""
         key = self.engine_key(adapter, default, variant)
+        if isinstance(prompt, SetPrompt):
+            self._check_elements(prompt)
         if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
-            raise Unprocessable(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
+            raise BadRequest(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
+
+    async def generate_all(self, prompts: Sequence[SetPrompt | tuple[int, ...]], *args: Any, using=None, **kwargs: Any) -> list[Generated]:
+        """:meth:`generate` (or ``using``, a route's structured answer) for each prompt of one
+        request, all or none: the request is refused up front where its prompts are too many
+        (``--max-prompts``) or the queue has no room for all of them, and the first failure
+        cancels the rest (nobody waits for them)."""
+        self.check_prompts(len(prompts))
+        run = using or self.generate
+        tasks = [asyncio.ensure_future(run(p, *args, **kwargs)) for p in prompts]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # after the first failure: the rest are dropped (a done task ignores it)
+                task.cancel()
+
+    def check_prompts(self, n: int) -> None:
+        """Refuse a request of ``n`` prompts this server will not queue whole."""
+        if n > self.config.max_prompts:
+            raise BadRequest(f"prompt: at most {self.config.max_prompts} prompts per request (--max-prompts), got {n}")
+        room = self.batcher.max_queue - self.batcher.queued
+        if n > room:
+            raise QueueFull(f"queue has room for {room} of this request's {n} prompts (--max-queue {self.batcher.max_queue}); retry shortly")
 
     def chat(self, messages: Sequence[dict], adapter: str | None = None) -> SetPrompt:
         """Chat messages as the prompt the model named ``adapter`` reads (a name not served
@@ -252,9 +278,14 @@ class Service:
         self._check_count(options)
         return options
 
+    def _check_elements(self, prompt: SetPrompt) -> None:
+        n = sum(len(s) for s in prompt.sets)
+        if n > self.config.max_set_elements:
+            raise BadRequest(f"prompt: at most {self.config.max_set_elements} set elements per prompt (--max-set-elements), got {n}")
+
     def _check_count(self, options: Sequence[str]) -> None:
         if len(options) > self.config.max_options:
-            raise Unprocessable(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
+            raise BadRequest(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
 
     # -- reporting --------------------------------------------------------------------------
     def health(self, full: bool = True) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from .errors import ApiError, as_api_error
+from .errors import ApiError, as_api_error, openai_error
 
 log = logging.getLogger("setllm.serve")
 DONE = b"data: [DONE]\n\n"
@@ -43,6 +43,7 @@ class TextStream:
     def __init__(self, tokenizer, stop: Sequence[str], stop_ids: set[int]):
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
+        self._borders = [_borders(s) for s in self.stop]
         self.stop_ids = stop_ids
         self.sent = ""
         self.cleans_spaces = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
@@ -62,8 +63,32 @@ class TextStream:
         return piece
 
     def _stop_begins(self, text: str) -> int:
-        """The length of the longest end of ``text`` that a stop string starts with."""
-        return max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        """The length of the longest end of ``text`` that a stop string starts with (shorter
+        than the stop string: a whole one was cut already); linear in each stop's length."""
+        return max((_begins(text, s, b) for s, b in zip(self.stop, self._borders)), default=0)
+
+
+def _borders(s: str) -> list[int]:
+    """Knuth-Morris-Pratt's failure function: ``b[i]``, the longest proper border of ``s[:i + 1]``."""
+    b, k = [0] * len(s), 0
+    for i in range(1, len(s)):
+        while k and s[i] != s[k]:
+            k = b[k - 1]
+        k += s[i] == s[k]
+        b[i] = k
+    return b
+
+
+def _begins(text: str, stop: str, borders: list[int]) -> int:
+    """How much of ``stop``'s beginning ``text`` ends with: ``text``'s last ``len(stop) - 1``
+    characters run through the matcher of ``stop`` (checking every prefix against the end of
+    the text, as a plain loop would, costs the square of the stop's length per token)."""
+    k = 0
+    for c in text[max(0, len(text) - len(stop) + 1):] if len(stop) > 1 else "":
+        while k and (k == len(stop) or c != stop[k]):
+            k = borders[k - 1]
+        k += c == stop[k]
+    return k if k < len(stop) else borders[k - 1]
 
 
 def rest(answer: str, sent: str) -> str:
@@ -214,6 +239,6 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 
 def error_event(err: ApiError) -> dict:
-    """An error after the stream began (its status was sent already), in the shape OpenAI's
-    clients read from a stream: they raise it with the message."""
-    return {"error": {"message": err.message, "type": type(err).__name__, "code": err.status}}
+    """An error after the stream began (its status was sent already), as OpenAI's clients read
+    it from a stream: OpenAI's error object, raised with its message."""
+    return {"error": openai_error(err)}

@@ -21,14 +21,24 @@ instead of computing it.
 - The folder is bounded by bytes (the files' sizes on disk), least recently used out (a file
   found is touched, so a restart's scan knows the order). The bound holds for what this
   process writes and reads; files another process writes count once this one reads them.
+- **The tier owns only its own files**: ``setllm-doc-<40 hex>.safetensors`` (:func:`file_name`)
+  and their temporary names. Any other file in the folder (a model's ``model.safetensors``, a
+  user's notes) is never counted, read, evicted or deleted.
+- **A folder fault turns the tier off, not the request**: a folder that cannot be made or
+  written (read-only, a file where the folder should be, a full disk) leaves the cache in
+  memory only, with one warning in the log naming the folder and the error; what a request
+  hears (a warning sent back with it by a server) never names a path or an OS error.
 
 Shapes: as :mod:`setllm.core.doccache.store` (``(k [1, Hkv, n, d], v)`` per layer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -44,6 +54,9 @@ from ...errors import SetLLMWarning
 from .keys import FORMAT, PieceKey
 
 SUFFIX = ".safetensors"
+PREFIX = "setllm-doc-"
+OWN = re.compile(re.escape(PREFIX) + r"[0-9a-f]{40}" + re.escape(SUFFIX))  # the names this tier writes, and the only ones it touches
+log = logging.getLogger("setllm.doccache")
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -53,19 +66,25 @@ class DiskTier:
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int):
         self.directory = Path(directory).expanduser()
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
         self._files: OrderedDict[str, int] = OrderedDict()  # name -> bytes, least recently used first
         self.hits = self.writes = self.refused = self.evictions = self.bytes = 0
         self.check_s = 0.0  # seconds spent verifying checksums
-        found = []
-        for path in self.directory.glob(f"*{SUFFIX}"):
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            found.append((st.st_mtime, path.name, st.st_size))
+        self.fault: str | None = None  # why the folder is not used (None: it is)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            found = []
+            for path in self.directory.iterdir():
+                if OWN.fullmatch(path.name):
+                    try:
+                        st = path.stat()
+                    except FileNotFoundError:
+                        continue
+                    found.append((st.st_mtime, path.name, st.st_size))
+        except OSError as e:
+            self._fail(e)
+            return
         for _, name, size in sorted(found):
             self._files[name] = size
             self.bytes += size
@@ -74,6 +93,8 @@ class DiskTier:
 
     def get(self, key: PieceKey) -> Layers | None:
         """The piece under ``key``, or None where there is none or its file is refused."""
+        if self.fault is not None:
+            return None
         name = file_name(key)
         path = self.directory / name
         try:
@@ -81,6 +102,9 @@ class DiskTier:
         except FileNotFoundError:
             with self._lock:
                 self._forget(name)
+            return None
+        except OSError as e:
+            self._fail(e)
             return None
         start = time.perf_counter()
         why, header = _verify(data, key)
@@ -100,8 +124,8 @@ class DiskTier:
                 self._files[name] = len(data)
                 self._files.move_to_end(name)
                 self._evict()
-        if why is not None:
-            warnings.warn(f"document cache: refused {path} ({why}); the document is computed again", SetLLMWarning, stacklevel=2)
+        if why is not None:  # the file's name, not its folder: a server sends this warning to the request's client
+            warnings.warn(f"document cache: refused {name} ({why}); the document is computed again", SetLLMWarning, stacklevel=2)
             return None
         try:
             os.utime(path)  # most recently used: a restart's scan orders by this
@@ -113,7 +137,7 @@ class DiskTier:
         """Write ``layers`` under ``key`` once (a piece larger than the bound is not written)."""
         name = file_name(key)
         with self._lock:
-            if name in self._files:
+            if name in self._files or self.fault is not None:
                 return
         path = self.directory / name
         temp = self.directory / f".{name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
@@ -125,8 +149,9 @@ class DiskTier:
                 return
             os.replace(temp, path)  # atomic: readers see the whole file or none
         except OSError as e:
-            temp.unlink(missing_ok=True)
-            warnings.warn(f"document cache: could not write {path} ({e}); the piece is kept in memory only", SetLLMWarning, stacklevel=2)
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            self._fail(e)
             return
         with self._lock:
             self.writes += 1
@@ -139,9 +164,19 @@ class DiskTier:
         """Remove every piece file this tier knows of."""
         with self._lock:
             for name in list(self._files):
-                (self.directory / name).unlink(missing_ok=True)
+                _remove(self.directory / name)
             self._files.clear()
             self.bytes = 0
+
+    def _fail(self, error: OSError) -> None:
+        """Stop using the folder (once): the cache goes on in memory, the log says why."""
+        with self._lock:
+            if self.fault is not None:
+                return
+            self.fault = f"{type(error).__name__}: {error.strerror or error}"
+            self._files.clear()
+            self.bytes = 0
+        log.warning("document cache: cannot use the folder %s (%s); documents are kept in memory only", self.directory, self.fault)
 
     @property
     def entries(self) -> int:
@@ -157,11 +192,16 @@ class DiskTier:
             name, size = self._files.popitem(last=False)
             self.bytes -= size
             self.evictions += 1
-            (self.directory / name).unlink(missing_ok=True)
+            _remove(self.directory / name)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):  # gone already, or the folder turned read-only: the bound is kept in memory
+        path.unlink(missing_ok=True)
 
 
 def file_name(key: PieceKey) -> str:
-    return key.digest()[:40] + SUFFIX
+    return PREFIX + key.digest()[:40] + SUFFIX
 
 
 def _encode(key: PieceKey, layers: Layers) -> list:

@@ -1,5 +1,5 @@
 """``setllm serve --replicas N``: N replicas of the server on Ray Serve behind one endpoint,
-requests routed to the replica that already holds their documents (see docs/serving.md).
+requests routed to the replica that already holds their documents (see docs/serving-ray.md).
 
 Ray is an extra (``pip install -e '.[serve,ray]'`` in setllm's checkout). The modules that
 import it (:mod:`.router`, :mod:`.deployments`, :mod:`.launch`) are imported only by

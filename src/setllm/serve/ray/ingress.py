@@ -25,7 +25,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..auth import refusal
 from ..config import ServeConfig
 from ..errors import ApiError, QueueFull, ShuttingDown
+from ..errors import body as error_body
 from ..metrics import CONTENT_TYPE, Metrics, _esc, _header, _num
+from ..routes import OPENAI_PATHS
 from ..streaming import error_event, sse
 from .documents import request_documents
 
@@ -73,7 +75,7 @@ class Ingress:
         if path == "/metrics":
             response, endpoint = self.own_metrics(request), path
         elif self.draining:  # as the single server: new requests (and /health) get 503 while accepted ones finish
-            response = _error(ShuttingDown("server is shutting down"))
+            response = _error(ShuttingDown("server is shutting down"), path)
         else:
             self.in_flight += 1
             try:
@@ -112,10 +114,10 @@ class Ingress:
         try:
             out = await self.until_answered(path, lambda: self.engine.remote(sent))
         except Stopped:
-            return _error(ShuttingDown(STOPPED)), "other"
+            return _error(ShuttingDown(STOPPED), path), "other"
         except Exception as e:  # noqa: BLE001 - every try failed: the client may retry later
             log.warning("no replica answered %s: %s", path, _line(e))
-            return _error(QueueFull(DROPPED)), "other"
+            return _error(QueueFull(DROPPED), path), "other"
         name = out["replica"]
         self.replicas[name] = out["stats"]
         self.count(name, out)
@@ -167,10 +169,10 @@ class Ingress:
         try:
             head, first, pieces = await self.until_answered(sent["path"], lambda: self.stream_start(sent))
         except Stopped:
-            return _error(ShuttingDown(STOPPED)), "other"
+            return _error(ShuttingDown(STOPPED), sent["path"]), "other"
         except Exception as e:  # noqa: BLE001 - as forward()
             log.warning("no replica answered %s: %s", sent["path"], _line(e))
-            return _error(QueueFull(DROPPED)), "other"
+            return _error(QueueFull(DROPPED), sent["path"]), "other"
         name = head["replica"]
         self.count(name, head)
         self.in_flight += 1
@@ -218,7 +220,7 @@ class Ingress:
     def own_metrics(self, request: Request) -> Response:
         denied = refusal("/metrics", request.headers.get("authorization"), self.config.api_key)
         if denied:
-            return _error(denied)
+            return _error(denied, "/metrics")
         return Response(self.render(), media_type=CONTENT_TYPE)
 
     def render(self) -> str:
@@ -269,8 +271,9 @@ def _line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _error(err: ApiError) -> JSONResponse:
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)
+def _error(err: ApiError, path: str) -> JSONResponse:
+    """The single server's error shape (OpenAI's error object on its routes)."""
+    return JSONResponse(error_body(err, path in OPENAI_PATHS), status_code=err.status, headers=err.headers)
 
 
 def stat_total(metrics_text: str, name: str) -> float:
