@@ -95,9 +95,9 @@ def test_chat_gives_an_adapter_trained_on_plain_prompts_their_text(model_dir, tm
         assert chat["scorer"]["usage"]["prompt_tokens"] > text["scorer"]["usage"]["prompt_tokens"]  # the template's tokens around it
         monkeypatch.setattr(bank.tokenizer, "chat_template", None)
         code, said = ask("/v1/chat/completions", "scorre", messages=[{"role": "user", "content": "Hi"}])
-        assert code == 404 and "no adapter or model 'scorre'" in said["error"] and "plain, scorer, none, base" in said["error"]
+        assert code == 404 and "no adapter or model 'scorre'" in said["error"]["message"] and "plain, scorer, none, base" in said["error"]["message"]
         code, said = ask("/v1/chat/completions", "scorer", messages=[{"role": "user", "content": "Hi"}])
-        assert code == 400 and "no chat template" in said["error"]
+        assert code == 400 and "no chat template" in said["error"]["message"]
 
 
 def test_serve_builds_a_bank_from_named_adapters(model_dir, tmp_path):
