@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import verbs
-from ..api import DOCUMENTS
 from ..core import doccache
 from ..core.chat import chat_prompt
 from ..core.prompt import SetPrompt, parse_markup, template_prompt
 from ..core.values import GenerationConfig
 from ..loading import Origin
+from ..loading.plan import DOCUMENTS
 from ..policy import verdict
 from ..readouts import get_readout, trained_readout
 from .batch_check import BatchingCheck
