@@ -78,7 +78,8 @@ class SetLLM(Reader):
         the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means.
         The decisions are made first, without torch (:func:`setllm.loading.plan.plan_load`),
         then :meth:`build` loads them."""
-        return cls.build(plan_load(options, kind), progress)
+        plan = plan_load(options, kind)  # decided first, without torch; then built
+        return cls.build(plan, progress)
 
     @classmethod
     def build(cls, plan: LoadPlan, progress: bool = False) -> SetLLM:

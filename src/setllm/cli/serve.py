@@ -28,9 +28,7 @@ HELP = "serve the model over HTTP: choose, score, judge, generate, answer, OpenA
 def add_parser(sub, name: str = "serve"):
     p = add_command(sub, name, [ServeConfig, LoadOptions, RayOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
-                                "POST /v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/answer; OpenAI-compatible POST "
-                                "/v1/completions, /v1/chat/completions, /v1/responses (streamed with \"stream\": true, as "
-                                "/v1/generate) and GET /v1/models; GET /health, /metrics, and the playground page at /. "
+                                f"{served_routes()} (a generation streams with \"stream\": true). "
                                 "Several adapters share one copy of the base weights: a request names its adapter "
                                 "(field 'adapter'; OpenAI routes: 'model'; GET /v1/models lists the names). Concurrent requests "
                                 "are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")
@@ -42,6 +40,27 @@ def add_parser(sub, name: str = "serve"):
                   "--variant causal-pe)")
     p.set_defaults(func=cmd_serve, named_adapters=[])
     return p
+
+
+def served_routes() -> str:
+    """The routes the app serves, read from the routers it includes (setllm's, the OpenAI-compatible
+    ones, the playground page), grouped as ``POST a, b; GET c``: a new route is listed by being served."""
+    if importlib.util.find_spec("fastapi") is None:
+        return "the routes of docs/serving.md (pip install -e '.[serve]')"
+    from ..serve import openai, page
+    from ..serve.routes import ROUTERS
+
+    groups = [("OpenAI-compatible " if router is openai.router else "") + _by_method(router) for router in ROUTERS]
+    return "; ".join(groups) + "; the playground page at " + ", ".join(r.path for r in page.router.routes)
+
+
+def _by_method(router) -> str:
+    """A router's paths as ``POST a, b and GET c`` (POST first)."""
+    paths: dict[str, list[str]] = {}
+    for route in router.routes:
+        for method in sorted(route.methods - {"HEAD"}, reverse=True):
+            paths.setdefault(method, []).append(route.path)
+    return " and ".join(f"{m} {', '.join(p)}" for m, p in sorted(paths.items(), reverse=True))
 
 
 class AdapterFlag(argparse.Action):
