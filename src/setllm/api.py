@@ -84,9 +84,10 @@ class SetLLM(Reader):
     @classmethod
     def build(cls, plan: LoadPlan, progress: bool = False) -> SetLLM:
         """Load what ``plan`` decided: its model and adapter, read as it says."""
-        net, tok = load_as(plan)
         plan.say_cautions()
-        lm = cls(net, tok, progress=progress, **plan.read_as())
+        read = plan.read_as()
+        net, tok = load_as(plan)
+        lm = cls(net, tok, progress=progress, **read)
         if plan.documents is not None:  # "auto" means another adapter for documents
             object.__setattr__(lm, "_documents", _DocumentsReading(plan.documents, lm.options, progress, lm.model))
         return lm

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.variants import get_variant
+from ..core.variants import Variant, get_variant
 from ..errors import SetLLMWarning
 from .adapters import Origin
 from .options import LoadOptions, threads_from_env
@@ -138,9 +138,10 @@ def plan_load(options: LoadOptions, kind: str = "choose") -> LoadPlan:
     reading are decided); the documents reading's plan with it where ``adapter="auto"``
     means another adapter for documents."""
     options = dataclasses.replace(options)
-    model, adapter = embedded_or(options.model), chosen_adapter(options, kind)
+    model, variant = embedded_or(options.model), None if options.variant is None else get_variant(options.variant)
+    adapter = chosen_adapter(options.adapter, model, variant, kind)
     plan = _planned(options, kind, model, adapter, read_record(adapter or model))
-    if kind != DOCUMENTS and chosen_adapter(options, DOCUMENTS) != adapter:
+    if kind != DOCUMENTS and chosen_adapter(options.adapter, model, variant, DOCUMENTS) != adapter:
         plan = dataclasses.replace(plan, documents=plan_load(options, DOCUMENTS))
     return plan
 
@@ -154,22 +155,22 @@ def _planned(options: LoadOptions, kind: str, model: str | None, adapter: str | 
     return LoadPlan(options, kind, model, adapter, record, Reading(**read, variant_from=came), tuple(str(w.message) for w in said))
 
 
-def chosen_adapter(options: LoadOptions, kind: str = "choose") -> str | None:
-    """The adapter to load. ``auto``: the one shipped for ``kind`` of task
+def chosen_adapter(adapter: str, model: str | None, variant: Variant | None, kind: str = "choose") -> str | None:
+    """The adapter to load for ``adapter`` (the option), ``model`` (None: the embedded one)
+    and ``variant`` (None: none named). ``auto``: the one shipped for ``kind`` of task
     (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
     order-invariant variant: with none named, the kind's default (for documents the ``sbp``
     one, which reads under ``sbp``); a trained variant named, the kind's adapter trained
     under one (documents: the ``setmask-setpe`` one); a training-free one named (``sbp``,
     ``canonical``), only one trained for that reading (``sbp`` documents), else the base
     model as it is; the base model is the model without it."""
-    if options.adapter != "auto":
-        return None if options.adapter == "none" else options.adapter
-    variant = None if options.variant is None else get_variant(options.variant)
-    if embedded_or(options.model) is not None or (variant is not None and not variant.invariant):
+    if adapter != "auto":
+        return None if adapter == "none" else adapter
+    if model is not None or (variant is not None and not variant.invariant):
         return None
     if variant is not None and variant.training_free:
-        return default_adapter(kind, variant.name)
-    return default_adapter(kind, None if variant is None else variant.name) or default_adapter("choose")
+        return default_adapter(kind, variant)
+    return default_adapter(kind, variant) or default_adapter("choose")
 
 
 def read_record(source: str | None) -> Record:
