@@ -8,6 +8,7 @@ import builtins
 import dataclasses
 import io
 import json
+import pickle
 import subprocess
 import sys
 
@@ -74,6 +75,7 @@ def test_the_plan_says_where_the_variant_came_from():
     assert plan_load(LoadOptions(), DOCUMENTS).documents is None  # it reads documents itself
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.adapter = None
+    assert pickle.loads(pickle.dumps(plan)) == plan  # it travels with the flags to Ray replicas, which build from it
 
 
 def test_planning_needs_no_torch():
