@@ -136,8 +136,9 @@ class AdapterBank(Mapping):
         return self[BASE]
 
     def _view(self, name: str | None) -> SetLLM:
-        read = self.plan.read_as(self.paths.get(name), self.records.get(name))
-        return switched(SetLLM(self.model, self.tokenizer, **read), lambda: self.using(name))
+        plan = self.plan if name is None else self.plan.for_adapter(self.paths[name], self.records[name])
+        plan.say_cautions()
+        return switched(SetLLM(self.model, self.tokenizer, **plan.read_as()), lambda: self.using(name))
 
     @contextmanager
     def using(self, name: str | None):

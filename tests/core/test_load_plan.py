@@ -16,6 +16,7 @@ import pytest
 from tiny import run_cli, tiny_adapter
 
 from setllm import AdapterBank, LoadOptions, SetLLM
+from setllm.errors import SetLLMWarning
 from setllm.loading.plan import DOCUMENTS, plan_load
 from setllm.loading.record import METADATA_FILE
 
@@ -95,3 +96,9 @@ def test_dry_run_prints_the_plan_and_loads_nothing(model_dir, adapters, capsys, 
     code, out, _ = run_cli(capsys, "serve", "--model", model_dir, "--adapter", f"a={adapters['main']}", "--adapter", f"b={adapters['docs']}",
                            "--dry-run")
     assert code == 0 and f"served adapter b: {adapters['docs']}" in out and "default reading: none" in out  # neither named the default
+
+
+def test_a_bank_view_read_against_its_record_says_so(model_dir, adapters):
+    bank = AdapterBank.from_pretrained(model_dir, adapters, variant="prefix-setpe")
+    with pytest.warns(SetLLMWarning, match="trained with variant=sbp; reading it with variant=prefix-setpe"):
+        assert bank["docs"].variant.name == "prefix-setpe"

@@ -83,14 +83,17 @@ class LoadPlan:
         """Which model and adapter the build reads with (from the plan: no file is read)."""
         return Origin.loaded(self.model, self.adapter, self.record.info)
 
-    def read_as(self, adapter: str | None = None, record: Record | None = None) -> dict:
+    def for_adapter(self, adapter: str, record: Record) -> LoadPlan:
+        """This plan's options with ``adapter`` (its ``setllm.json`` as ``record``, read
+        already): an :class:`setllm.AdapterBank`'s view of one of its adapters."""
+        return _planned(self.options, self.kind, self.model, adapter, record)
+
+    def read_as(self) -> dict:
         """The keyword arguments of :class:`setllm.SetLLM` for this plan: the reading, the
-        checks and where it came from (``adapter`` and its ``record``: an
-        :class:`setllm.AdapterBank`'s view of one of its adapters, read under these options)."""
-        plan = self if adapter is None else _planned(self.options, self.kind, self.model, adapter, record or Record())
+        checks and where it came from."""
         o = self.options
-        return {**plan.reading.as_dict(), "exact": o.exact, "batch_size": o.batch_size, "allow_untested": o.allow_untested,
-                "threads": o.threads if o.threads is not None else threads_from_env(), "origin": plan.origin}
+        return {**self.reading.as_dict(), "exact": o.exact, "batch_size": o.batch_size, "allow_untested": o.allow_untested,
+                "threads": o.threads if o.threads is not None else threads_from_env(), "origin": self.origin}
 
     def say_cautions(self) -> None:
         """Warn, as the model loads, where the reading asked differs from the record."""
