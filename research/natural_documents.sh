@@ -9,9 +9,10 @@
 #   research/natural_documents.sh train     the sbp documents adapter continued on the mix, in the background
 #                                           safe (checkpoints every 10 steps; --resume picks them up)
 #   research/natural_documents.sh eval      every reading on the seed-0 sets, the core ones on seed 1 (ALL_SEEDS=1: all)
-#   research/natural_documents.sh candidate the retrained adapter on every held-out set, key-value lists and long sets
-#   research/natural_documents.sh kv        the key-value held-out lists for the candidate readings
-#   research/natural_documents.sh long      32 and 64 documents: the default, the base model, the candidate
+#   research/natural_documents.sh candidate the retrained adapter (fp32, as trained) on every held-out set
+#   research/natural_documents.sh ship      it in bf16 as the shipped sbp documents adapter (the previous one kept)
+#   research/natural_documents.sh kv        the key-value held-out lists, read by the default
+#   research/natural_documents.sh long      32 and 64 documents: the default, the base model, the previous default
 #   python research/natural_table.py        the table (docs/documents.md) from the runs
 #   research/natural_documents.sh all       everything above, in order
 #
@@ -75,10 +76,15 @@ reading() {  # reading NAME FILE [setllm eval flags...]: one reading of one held
 }
 
 core() {  # core FILE: the readings a usefulness claim needs on every subset seed
-  reading default "$1"
+  reading default "$1"   # as shipped: no --adapter, no --variant
   reading base "$1" --variant causal-pe --adapter none
   reading canonical "$1" --variant canonical --adapter none
-  natural sbp-natural "$1"
+  previous previous-default "$1"
+}
+
+previous() {  # previous NAME FILE: the sbp documents adapter shipped before this recipe (kept by `train`)
+  [ -f "$RUNS/adapters/previous-sbp/adapter_model.safetensors" ] || return 0
+  reading "$1" "$2" --variant sbp --adapter "$RUNS/adapters/previous-sbp"
 }
 
 others() {  # others FILE: the other candidates and baselines (seed 0 only on a loaded 2-core CPU)
@@ -107,7 +113,7 @@ eval_all() {
 
 kv() {
   local s
-  for s in 0 1; do natural sbp-natural "$KV/kv8-held-out-s$s.jsonl"; done
+  for s in 0 1; do reading default "$KV/kv8-held-out-s$s.jsonl"; done
 }
 
 long() {
@@ -115,17 +121,24 @@ long() {
   for k in 32 64; do
     reading default "$D/held-out-k$k-s0.jsonl"
     reading base "$D/held-out-k$k-s0.jsonl" --variant causal-pe --adapter none
-    natural sbp-natural "$D/held-out-k$k-s0.jsonl"
+    previous previous-default "$D/held-out-k$k-s0.jsonl"
   done
+}
+
+# The shipped adapter: the trained one in bf16, the previous one kept for the table.
+ship() {
+  [ -d "$RUNS/adapters/previous-sbp" ] || cp -r src/setllm/adapters/smollm2-135m-documents-sbp "$RUNS/adapters/previous-sbp"
+  run setllm export adapter "$RUNS/adapters/sbp-natural" src/setllm/adapters/smollm2-135m-documents-sbp --dtype bf16 --overwrite
 }
 
 case ${1:-all} in
   data) data ;;
   train) data; train ;;
   eval) data; eval_all ;;
-  candidate) data; for f in "$D"/held-out*-k8-s*.jsonl tests/fixtures/data/handwritten_worlds.jsonl; do natural sbp-natural "$f"; done; kv; long ;;
+  candidate) data; for f in "$D"/held-out*-k8-s*.jsonl tests/fixtures/data/handwritten_worlds.jsonl; do natural sbp-natural "$f"; done ;;
+  ship) ship ;;
   kv) data; kv ;;
   long) data; long ;;
-  all) data; train; eval_all; kv; long ;;
-  *) echo "usage: $0 data|train|eval|kv|long|all" >&2; exit 2 ;;
+  all) data; train; ship; eval_all; kv; long ;;
+  *) echo "usage: $0 data|train|candidate|ship|eval|kv|long|all" >&2; exit 2 ;;
 esac

@@ -46,9 +46,6 @@ def threads(request):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny llama and its tokenizer saved as a model directory (for ``--model DIR``)."""
-    from tiny import tiny_model, tiny_tokenizer
+    from tiny import save_model_dir
 
-    path = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return str(path)
+    return save_model_dir(tmp_path_factory.mktemp("tiny-llama"))

@@ -105,6 +105,13 @@ def tiny_model(arch: str = "llama", attn: str = "sdpa", seed: int = 0, **overrid
     return model.eval()
 
 
+def save_model_dir(path, **overrides) -> str:
+    """A tiny llama (``overrides`` of its config) and its tokenizer saved as a model directory at ``path``."""
+    tiny_model("llama", **overrides).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
 def same_weights(model, attn: str):
     """The same model under another attention implementation (a deep copy of the config)."""
     from transformers import AutoModelForCausalLM

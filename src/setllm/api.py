@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from . import verbs
+from . import structured, verbs
 from .core import doccache, generation, scoring
-from .core.prompt import PromptLike, Set, SetPrompt, as_prompt
+from .core.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
 from .errors import InputError
 from .loading import Origin
 from .loading.model import load_as
@@ -24,6 +24,9 @@ from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adap
 from .policy import Choice, Verdict, verdict
 from .reader import Reader, ReadOptions, say_once
 from .readouts import JudgeRow, candidate_scores, trained_readout
+from .structured import decode as structured_decode
+from .structured import tools as structured_tools
+from .structured import toolset
 
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
 
@@ -248,20 +251,60 @@ class SetLLM(Reader):
             return self
         return self._documents.get(say).with_options(batch_size=self.batch_size, progress=self.options.progress)
 
-    def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, **kwargs) -> str:
+    def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, *, schema=None, regex: str | None = None,
+                 choice: Sequence[str] | None = None, grammar: str | None = None, show_schema: bool = False, **kwargs):
         """Generate a response for one prompt.
 
         Decoding options come as a :class:`GenerationConfig` or as its fields by keyword
         (``max_new_tokens=32, temperature=0.7, ...``), as in transformers, whose ``do_sample``
         and ``stop_strings`` are taken too; any other transformers option is refused by name
         (:func:`setllm.verbs.generation_config`). For many prompts, :meth:`generate_many`.
+
+        Structured: with ``schema`` (a JSON schema dict or a pydantic model class), ``regex``,
+        ``choice`` (a list of strings) or ``grammar`` (Lark) the answer follows it and comes back
+        parsed (a dict or list, the pydantic model, or the text); every finite set of values
+        in it (an enum, a ``Literal``, a boolean, the choices) is decided by scoring each value,
+        so their order cannot change the answer (:mod:`setllm.structured`). ``show_schema``:
+        show the constraint before the prompt, its lists as sets (off by default: the embedded
+        135M model answers worse with a JSON schema in its prompt, docs/structured.md).
         """
+        constraint = {"schema": schema, "regex": regex, "choice": choice, "grammar": grammar}
+        if any(v is not None for v in constraint.values()):
+            spec = structured.spec(**constraint)
+            return self.generate_structured(prompt, spec, config, show_schema, **kwargs).value(spec)
         if not _is_single_prompt(prompt):
             _prompt_sequence(prompt, "generate")  # neither one prompt nor a list: said before the warning
             warnings.warn("SetLLM.generate takes one prompt; for a list of prompts call SetLLM.generate_many(prompts), "
                           "which returns one text per prompt", FutureWarning, stacklevel=2)
             return self.generate_many(prompt, config, **kwargs)
         return self.generate_many([prompt], config, **kwargs)[0]
+
+    def generate_structured(self, prompt: PromptLike, spec: structured.Spec, config: generation.GenerationConfig | None = None,
+                            show: bool = False, on_piece=None, **kwargs) -> structured_decode.Answer:
+        """The structured answer to ``prompt`` under ``spec`` (:func:`setllm.structured.spec`)
+        with its text, tokens and finish reason, as the server and the CLI use it
+        (``on_piece(text)``: each piece as it is decided); :meth:`generate` parses it."""
+        if config is not None and kwargs:
+            raise InputError("pass either a GenerationConfig or keyword arguments, not both")
+        return structured_decode.answer(self, prompt, spec, config or verbs.generation_config(**kwargs), show, on_piece)
+
+    def call_tool(self, prompt: PromptLike, tools: Sequence, tool_choice: str = "auto", config: generation.GenerationConfig | None = None,
+                  on_call=None, on_piece=None, show: bool = True, **kwargs) -> structured_tools.Call | None:
+        """A tool call for ``prompt``: ``tools`` (OpenAI's function tools, or
+        :class:`setllm.structured.toolset.Tool`) shown before it as one set, whether to call
+        (``tool_choice="auto"``; ``"required"``; a tool's name) and which decided by scoring, the
+        arguments generated under the tool's parameters; None where ``auto`` answers with text.
+        ``on_call(name)`` once the tool is chosen, ``on_piece(text)`` with each piece of the
+        arguments (the server streams them). ``show=False``: the prompt shows the tools already
+        (the server's chat prompt, in a system message)."""
+        if config is not None and kwargs:
+            raise InputError("pass either a GenerationConfig or keyword arguments, not both")
+        offered = list(tools) if all(isinstance(t, toolset.Tool) for t in tools) else toolset.tools_of(tools)
+        prompt = as_prompt(prompt)
+        if show:
+            prompt = template_prompt([*toolset.shown(offered, self.exact), *prompt.segments])
+        request = self.generate_request(prompt, config or verbs.generation_config(**kwargs))
+        return structured_tools.call(self, request.prompt, offered, tool_choice, request.config, on_call, on_piece)
 
     def generate_many(self, prompts: Sequence[PromptLike], config: generation.GenerationConfig | None = None,
                       **kwargs) -> list[str]:

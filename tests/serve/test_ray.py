@@ -38,6 +38,14 @@ def flags(model_dir: str, adapter: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny llama with room for the tools a chat shows the model (1024 positions, not 256)."""
+    from tiny import save_model_dir
+
+    return save_model_dir(tmp_path_factory.mktemp("tiny-llama"), max_position_embeddings=1024)
+
+
+@pytest.fixture(scope="module")
 def adapter(model_dir, tmp_path_factory):
     from tiny import tiny_adapter
 
@@ -165,6 +173,61 @@ def test_streams_through_the_replicas_join_to_the_single_servers_answers(ray_ser
         events = [json.loads(d) for d in data if d != "[DONE]"]
         assert "".join(piece(e) for e in events) == text(want), path
         assert (data[-1] == "[DONE]") == (path != "/v1/responses"), path
+
+
+LABELS = ["positive", "negative", "neutral"]
+TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}},
+                                                                        "required": ["unit"]}}} for name in ("find", "add", "ask")]
+ORDERS = [(0, 1, 2), (2, 1, 0), (1, 2, 0)]  # each set as listed, reversed, rotated
+FRESH = {"id", "created"}  # new on every answer (the answer's, each tool call's)
+CHAT = [{"role": "user", "content": "The soup was cold. Sentiment?"}]
+
+
+def structured_answers(client) -> list[tuple[str, int, dict]]:
+    """A json_schema enum on chat, a vLLM choice list on completions and a required tool call
+    on chat, each set in every order of :data:`ORDERS`, through the openai SDK: ``(path, status,
+    answer less its fresh ids)``."""
+    out = []
+    for order in ORDERS:
+        labels, tools = [LABELS[i] for i in order], [TOOLS[i] for i in order]
+        schema = {"type": "object", "properties": {"label": {"enum": labels}}, "required": ["label"], "additionalProperties": False}
+        for path, call in [
+            ("schema", lambda: client.chat.completions.with_raw_response.create(
+                model="setllm", messages=CHAT, max_tokens=16, temperature=0,
+                response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}})),
+            ("choice", lambda: client.completions.with_raw_response.create(
+                model="setllm", prompt="The soup was cold. Sentiment:", max_tokens=8, extra_body={"structured_outputs": {"choice": labels}})),
+            ("tools", lambda: client.chat.completions.with_raw_response.create(
+                model="setllm", messages=CHAT, tools=tools, tool_choice="required", max_tokens=40, temperature=0))]:
+            r = call().http_response
+            out.append((path, r.status_code, _without(r.json(), FRESH)))
+    return out
+
+
+def _without(value, keys: set[str]):
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    return [_without(v, keys) for v in value] if isinstance(value, list) else value
+
+
+def test_structured_outputs_and_tools_through_the_replicas_are_the_single_servers_and_order_free(ray_server, one_server):
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("llguidance")
+    _, url = ray_server
+    ray = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
+    got = structured_answers(ray)
+    assert {status for _, status, _ in got} == {200}
+    assert got == structured_answers(openai.OpenAI(base_url="http://testserver/v1", api_key=KEY, http_client=one_server, max_retries=0))
+    by_path = {path: [(status, answer) for p, status, answer in got if p == path] for path in ("schema", "choice", "tools")}
+    assert all(len({json.dumps(a) for a in answers}) == 1 for answers in by_path.values()), "an order of the set changed the answer"
+    (_, schema), (_, choice), (_, tools) = (answers[0] for answers in by_path.values())
+    assert json.loads(schema["choices"][0]["message"]["content"])["label"] in LABELS and choice["choices"][0]["text"] in LABELS
+    call = tools["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert tools["choices"][0]["finish_reason"] == "tool_calls" and call["name"] in {"find", "add", "ask"}
+    assert json.loads(call["arguments"])["unit"] in ("c", "f")
+    streamed = ray.chat.completions.create(model="setllm", messages=CHAT, tools=TOOLS, tool_choice="required", max_tokens=40, temperature=0, stream=True)
+    pieces = [d.function for c in streamed if c.choices and c.choices[0].delta.tool_calls for d in c.choices[0].delta.tool_calls]
+    assert ("".join(p.name or "" for p in pieces), "".join(p.arguments or "" for p in pieces)) == (call["name"], call["arguments"])
 
 
 def test_sigterm_finishes_accepted_requests_turns_new_ones_away_and_stops(ray_server):

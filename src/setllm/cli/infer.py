@@ -53,6 +53,13 @@ def _generate_parser(sub):
     src.add_argument("--prompt-file", metavar="FILE", help='a JSON prompt {"prompt": ["text", {"set": ["a", "b"]}, ...]}, or a text file in markup')
     src.add_argument("--prompt", metavar="MARKUP", help=r"inline markup, e.g. 'Pick one:\n{{Paris\n||Rome\n}}Answer:'")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--schema", metavar="FILE", help="answer with JSON under this JSON schema (a .json file); its enums, consts and "
+                                                        "booleans decided by scoring each value, order-free (docs/structured.md)")
+    shape.add_argument("--regex", metavar="RE", help="answer with text matching this regular expression")
+    shape.add_argument("--choice", nargs="+", metavar="TEXT", help="answer with one of these, decided by scoring each, order-free")
+    shape.add_argument("--grammar", metavar="FILE", help="answer in this Lark grammar (llguidance's dialect)")
+    p.add_argument("--show-schema", action="store_true", help="show the schema, regex, choices or grammar before the prompt (its lists as sets)")
     p.set_defaults(func=cmd_generate)
     return p
 
@@ -155,12 +162,55 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)
     refuse_a_final_set(prompt, load_plan(args))
+    shape = _constraint(args)
     lm = load_setllm(args)
     announce(lm, args)
-    text = lm.generate(prompt, config)
+    if shape is None:
+        text = lm.generate(prompt, config)
+    else:
+        answer = lm.generate_structured(prompt, shape, config, show=args.show_schema)
+        answer.value(shape)  # an answer the tokens cut short is an error of one line (give more --max-new-tokens)
+        text = answer.text
     said = {"text": text, "variant": lm.variant.name, "model": lm.origin.model, "adapter": lm.origin.adapter}
     print(json.dumps(said, ensure_ascii=False) if args.json else text)
     return 0
+
+
+def _constraint(args: argparse.Namespace):
+    """The answer's constraint from ``--schema`` / ``--regex`` / ``--choice`` / ``--grammar``
+    (checked and compiled before the model loads), or None."""
+    from .. import structured
+    from ..structured.plan import plan
+
+    if args.schema is None and args.regex is None and args.choice is None and args.grammar is None:
+        return None
+    flag = next(f for f in ("schema", "grammar", "regex", "choice") if getattr(args, f) is not None)
+    try:
+        if args.schema is not None:
+            shape = structured.spec(_read_json(args.schema, "--schema"))
+        elif args.grammar is not None:
+            shape = structured.spec(grammar=_read_text(args.grammar, "--grammar"))
+        else:
+            shape = structured.spec(regex=args.regex, choice=args.choice)
+        plan(shape, True)  # a constraint the engine cannot compile is said now, not after the load
+    except structured.SchemaError as e:
+        raise InputError(f"--{flag}: {e}") from None
+    return shape
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"{flag} {path}: {e.strerror}") from None
+
+
+def _read_json(path: str, flag: str):
+    try:
+        return json.loads(_read_text(path, flag))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{flag} {path}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
 
 
 MAX_DEMO_OPTIONS = 6  # 720 orderings, each run by both models

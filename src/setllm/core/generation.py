@@ -53,18 +53,23 @@ def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.
 
 
 @torch.no_grad()
-def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: GenerationConfig, stop_ids: set[int], generator=None):
+def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: GenerationConfig, stop_ids: set[int], generator=None,
+                    processor=None):
     """Yield ``[B, k]`` tokens on the host, ``k`` steps at a time (:data:`CHECK_EVERY`), until
     every row has hit a stop id or ``max_new_tokens``. Tokens after a row's stop id are
-    still computed within a run of steps; the caller drops them."""
+    still computed within a run of steps; the caller drops them. ``processor``: a grammar's
+    guide of one row (:class:`setllm.structured.engine.Guide`), which masks the logits before
+    each sample and reads each token after it: then every step is looked at from the host."""
     fit.check_fits(model.config, batch.layout.shape[1], int(batch.next_positions.max()), variant.positions,
                        config.max_new_tokens, "max_new_tokens")
     batch = batch.to(model.device)
-    every = CHECK_EVERY.get(model.device.type, DEVICE_CHECK_EVERY)
+    every = 1 if processor is not None else CHECK_EVERY.get(model.device.type, DEVICE_CHECK_EVERY)
     done = torch.zeros(batch.input_ids.shape[0], dtype=torch.bool)
     pending: list[torch.Tensor] = []
     for n in range(config.max_new_tokens):
-        token = sample(logits, config, generator)
+        token = sample(logits if processor is None else processor.mask(logits), config, generator)
+        if processor is not None:
+            processor.accept(int(token[0]))
         pending.append(token)
         if len(pending) == every or n == config.max_new_tokens - 1:
             chunk = torch.stack(pending, 1).cpu()  # [B, k]: the one look from the host
@@ -78,33 +83,34 @@ def decode_n_tokens(model, variant, cache, batch: Batch, logits, config: Generat
 
 @torch.no_grad()
 def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: GenerationConfig, on_token=None,
-                    prefilled: tuple | None = None) -> list[tuple[str, list[int]]]:
+                    prefilled: tuple | None = None, processor=None) -> list[tuple[str, list[int]]]:
     """Generated text for every prompt in a left-padded ``batch``, with the tokens each row
     generated: every sampled token, the EOS
     that ended it included, and those of a stop string or a character cut in half that the
     text leaves out (OpenAI's log-probs show what was generated, not what was kept).
     ``prefilled``: the ``(cache, next-token log-probs)`` of the batch, where already made
     (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.scoring.prefill` makes them.
-    ``on_token(tokens)``: see :func:`decode_after_prefill`."""
+    ``on_token(tokens)``, ``processor``: see :func:`decode_after_prefill`."""
     stop_ids = eos_ids(model, tokenizer)
     cache, logprobs = prefilled or prefill(model, variant, batch)
-    rows = decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token)
+    rows = decode_after_prefill(model, tokenizer, variant, batch, cache, logprobs, config, on_token, processor)
     return [(_finish(tokenizer, t, config.stop, stop_ids), t) for t in rows]
 
 
 @torch.no_grad()
 def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache, logprobs, config: GenerationConfig,
-                         on_token=None) -> list[list[int]]:
+                         on_token=None, processor=None) -> list[list[int]]:
     """Every row's sampled tokens after :func:`setllm.core.scoring.prefill` gave ``cache`` and the
     next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
     cache is consumed (it grows). ``on_token(tokens)`` after each step, with every row's tokens
-    so far (the lists this returns, growing): a caller's way to stream them, or to stop by raising."""
+    so far (the lists this returns, growing): a caller's way to stream them, or to stop by raising.
+    ``processor``: see :func:`decode_n_tokens`."""
     stop_ids = eos_ids(model, tokenizer)
     generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
     tokens: list[list[int]] = [[] for _ in range(batch.input_ids.shape[0])]
     ended = [False] * len(tokens)  # hit a stop id: later tokens are dropped
     stopped = [False] * len(tokens)  # ended, or hit a stop string
-    for chunk in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator):
+    for chunk in decode_n_tokens(model, variant, cache, batch, logprobs, config, stop_ids, generator, processor):
         for column in chunk.t().tolist():
             for row, t in enumerate(column):
                 if not ended[row]:

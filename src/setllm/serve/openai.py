@@ -10,6 +10,7 @@ named here is importable at module level.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -20,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ..core.prompt import SetPrompt, as_prompt
 from ..core.values import GenerationConfig
-from . import declare
+from . import declare, structured, tools
 from .errors import BadRequest
 from .schemas import ERRORS, SEED_MAX, stop_form
 from .streaming import DONE, Chunks, Started, sse, streamed
@@ -119,10 +120,15 @@ class CompletionResponse(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    """A message; an assistant's may hold ``tool_calls`` (then no content), a ``tool`` message
+    the result of the call ``tool_call_id`` names."""
+
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict] | None = None
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
 
 class ChatRequest(OpenAIRequest):
@@ -134,14 +140,24 @@ class ChatRequest(OpenAIRequest):
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # one call at most: either way
     response_format: dict | None = None
+
+
+class AssistantMessage(BaseModel):
+    """The answer: text, or (``content`` None) OpenAI's ``tool_calls`` (left out where there are none, as OpenAI does)."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[dict] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatChoice(BaseModel):
     index: int
-    message: ChatMessage
+    message: AssistantMessage
     logprobs: None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class ChatResponse(BaseModel):
@@ -188,16 +204,20 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
     a text prompt may carry setllm markup, token ids are read as plain text. ``stream``:
     server-sent chunks, ``data: [DONE]`` last."""
     service = request.app.state.service
+    shape = structured.vllm_constraint(body)  # before the ignored fields are named: vLLM's are read
     _name_ignored(body, response)
     _refuse_unsupported(body, COMPLETION_UNSUPPORTED)
     if body.max_tokens == 0 and not body.echo:
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
+    if shape is not None and (body.echo or body.logprobs is not None or body.max_tokens == 0):
+        raise BadRequest("structured_outputs: not with echo, logprobs or max_tokens 0")
     prompts = _prompt_list(body.prompt)
     config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
+    generate = _generation(service, shape)
     if body.stream:
-        jobs = [lambda sink, p=p: service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
+        jobs = [lambda sink, p=p: generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
         return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
-    outs = await asyncio.gather(*(service.generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
+    outs = await asyncio.gather(*(generate(p, config, "max_tokens", body.logprobs, body.echo, body.model) for p in prompts))
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
     return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model), choices=choices,
@@ -211,20 +231,24 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     markup in a message makes a set (the template's own tokens are never inside one).
     ``stream``: server-sent ``chat.completion.chunk`` objects, ``data: [DONE]`` last."""
     service = request.app.state.service
+    shape = structured.chat_constraint(body)  # before the ignored fields are named: vLLM's are read
     _name_ignored(body, response)
     _refuse_unsupported(body, CHAT_UNSUPPORTED)
-    if body.tools:
-        raise BadRequest("tools: not supported")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise BadRequest("response_format: only {\"type\": \"text\"} is supported")
-    prompt = service.chat([m.model_dump() for m in body.messages], body.model)
+    offer = tools.offered(body)
+    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
+    prompt = service.chat([*shown, *tools.as_template([m.model_dump() for m in body.messages])], body.model)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
+    generate = _generation(service, shape)
+    if offer is not None:  # a call, or (auto, none) the text answer
+        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
-        job = lambda sink: service.generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
-        return await _streamed([job], _ChatChunks(body, service.answered_by(body.model)), response)
-    out = await service.generate(prompt, config, field, adapter=body.model)
-    choice = ChatChoice(index=0, message=ChatMessage(role="assistant", content=out.text), finish_reason=out.finish_reason)
+        job = lambda sink: generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
+        return await _streamed([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)
+    out = await generate(prompt, config, field, adapter=body.model)
+    calls = getattr(out, "tool_calls", None)
+    message = AssistantMessage(content=None if calls else out.text, tool_calls=calls)
+    choice = ChatChoice(index=0, message=message, finish_reason=out.finish_reason)
     return ChatResponse(id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=service.answered_by(body.model),
                         choices=[choice], usage=_usage([out]))
 
@@ -305,6 +329,16 @@ class _ChatChunks(_Chunks):
         return [*([self.delta({"content": last})] if last else []), self.delta({}, out.finish_reason)]
 
 
+def _generation(service, shape):
+    """How a route generates: the service's batched generation, or the structured answer under
+    ``shape`` (not shown to the model: the embedded 135M model answers worse with a JSON schema
+    in its prompt, docs/structured.md)."""
+    if shape is None:
+        return service.generate
+    return lambda prompt, config, field, logprobs=None, echo=False, adapter=None, stream=None: structured.answer(
+        service, prompt, shape, config, field, adapter, stream)
+
+
 def _generation_config(body, max_tokens: int) -> GenerationConfig:
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerationConfig(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=stop)
@@ -329,28 +363,29 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
 async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
     """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
     messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
-    ``response.incomplete`` when ``max_output_tokens`` ran out) last. No tools, no stored state."""
+    ``response.incomplete`` when ``max_output_tokens`` ran out) last; ``tools``: a
+    ``function_call`` item (:mod:`.tools`). No stored state."""
     service = request.app.state.service
     _name_ignored(body, response)
     _refuse_unsupported(body, UNSUPPORTED)
     _refuse_unsupported_responses(body)
-    prompt = service.chat(_responses_messages(body), body.model)
+    shape = structured.responses_constraint(body)
+    offer = tools.offered(body)
+    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
+    prompt = service.chat([*shown, *tools.as_template(_responses_messages(body))], body.model)
     config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
-    events = _ResponseEvents(body, service.answered_by(body.model))
+    events = tools.ResponseToolEvents(_ResponseEvents(body, service.answered_by(body.model)))
+    generate = _generation(service, shape)
+    if offer is not None:  # a call, or (auto, none) the text answer
+        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
-        job = lambda sink: service.generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
+        job = lambda sink: generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
         return await _streamed([job], events, response)
-    out = await service.generate(prompt, config, "max_output_tokens", adapter=body.model)
-    return events.response(out.text, out)
+    out = await generate(prompt, config, "max_output_tokens", adapter=body.model)
+    return events.response(out)
 
 
 def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
-    if body.tools:
-        raise BadRequest("tools: not supported; this server answers with text (an openai-agents Agent without tools works)")
-    if body.tool_choice not in (None, "auto", "none"):
-        raise BadRequest("tool_choice: not supported; this server answers with text")
-    if body.text and (body.text.get("format") or {}).get("type", "text") != "text":
-        raise BadRequest("text.format: only {\"type\": \"text\"} is supported")
     if body.previous_response_id is not None or body.conversation is not None:
         field = "previous_response_id" if body.previous_response_id is not None else "conversation"
         raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
@@ -366,6 +401,8 @@ def _responses_messages(body: ResponsesRequest) -> list[dict]:
 
 def _input_message(i: int, item: dict) -> dict:
     kind, role, content = item.get("type", "message"), item.get("role"), item.get("content")
+    if kind in tools.CALL_ITEMS:
+        return tools.CALL_ITEMS[kind](item)
     if kind != "message" or role not in ("user", "assistant", "system", "developer"):
         raise BadRequest(f"input[{i}]: only text messages (role user, assistant, system or developer) are supported, "
                          f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")
@@ -407,7 +444,7 @@ class _ResponseEvents(_Chunks):
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "parallel_tool_calls": False,
                 "temperature": b.temperature, "top_p": b.top_p, "tool_choice": b.tool_choice or "auto", "tools": [],
-                "text": {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
+                "text": b.text or {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
                 "previous_response_id": None}
 
     def message(self, text: str, status: str) -> dict:

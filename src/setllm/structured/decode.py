@@ -1,0 +1,123 @@
+"""A :class:`setllm.structured.plan.Plan` run on a reader: each step's text after the prompt
+and the steps before it. A :class:`Pick` scores its values through the reader's one scoring
+driver (:meth:`setllm.reader.Reader.score_encoded`), each after the same text, and writes the
+best (:func:`setllm.policy.pick`: equal scores go by text); a :class:`Free` piece decodes on
+the project's loop (:func:`setllm.core.generation.generate_tokens`) with a grammar's guide
+masking the logits. A piece's prefix is the prompt and the answer so far read as one prompt,
+whose answer text is plain text after the prompt's sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..core import generation, scoring
+from ..core.batch import collate
+from ..core.encoding import NOT_IN_SET, EncodedPrompt
+from ..core.prompt import PromptLike, as_prompt
+from ..core.runtime import prompt_length
+from ..core.values import GenerationConfig
+from ..policy import pick
+from .engine import Guide
+from .plan import Free, Pick, Plan, Text, plan
+from .shown import with_shown
+from .spec import AnswerError, Spec
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A structured answer: its text, its token ids, why it ended (``stop``: complete;
+    ``length``: ``max_new_tokens`` ran out first, as OpenAI says it) and the prompt's length."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    prompt_tokens: int = 0
+
+    def value(self, spec: Spec):
+        """The answer parsed (:meth:`Spec.parse`); an :class:`AnswerError` if it is incomplete."""
+        if self.finish_reason != "stop":
+            raise AnswerError(f"max_new_tokens ran out before the answer was complete ({len(self.token_ids)} tokens: "
+                              f"{self.text[:60]!r}...); give more", self.text)
+        return spec.parse(self.text)
+
+
+def answer(reader, prompt: PromptLike, spec: Spec, config: GenerationConfig, show: bool = False,
+           on_piece: Callable[[str], None] | None = None) -> Answer:
+    """The answer to ``prompt`` under ``spec`` (``show``: the constraint shown before the prompt,
+    :mod:`.shown`): the one structured reading of the library, the CLI and the server."""
+    prompt = as_prompt(prompt)
+    if show:
+        prompt = with_shown(prompt, spec, reader.exact)
+    request = reader.generate_request(prompt, config)
+    return run(reader, request.prompt, plan(spec, reader.exact), config, on_piece)
+
+
+def run(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig, on_piece: Callable[[str], None] | None = None) -> Answer:
+    """The answer ``plan`` makes after ``prompt`` under ``reader``, at most
+    ``config.max_new_tokens`` tokens; ``on_piece(text)`` with each piece as it is decided (the
+    pieces join to the answer's text)."""
+    ids: list[int] = []
+    finish = "stop"
+    for piece, complete in _pieces(reader, prompt, plan, config, ids):
+        if on_piece is not None and piece:
+            on_piece(piece)
+        if not complete:
+            finish = "length"
+            break
+    return Answer(reader.tokenizer.decode(ids, skip_special_tokens=True), ids, finish, len(prompt))
+
+
+def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig, ids: list[int]) -> Iterator[tuple[str, bool]]:
+    """Each step's text and whether it was completed; ``ids`` grows with each."""
+    for step in plan.steps:
+        left = config.max_new_tokens - len(ids)
+        if isinstance(step, Text):
+            new, complete = text_ids(reader, step.text), True
+        elif isinstance(step, Pick):
+            new, complete = text_ids(reader, _pick(reader, prefix(prompt, ids), step)), True
+        else:
+            new, complete = _free(reader, prefix(prompt, ids), step, config, left)
+        complete = complete and len(new) <= left
+        new = new[:left]
+        ids += new
+        yield reader.tokenizer.decode(new, skip_special_tokens=True), complete
+        if not complete:
+            return
+
+
+def text_ids(reader, text: str) -> list[int]:
+    """Text as the answer's tokens: tokenized alone (the model sees it as if it had written it)."""
+    return reader.tokenizer.encode(text, add_special_tokens=False)
+
+
+def prefix(prompt: EncodedPrompt, ids: list[int]) -> EncodedPrompt:
+    """The prompt and the answer so far, read as one prompt (the answer is plain text)."""
+    n = len(ids)
+    return EncodedPrompt(prompt.input_ids + ids, prompt.set_ids + [NOT_IN_SET] * n, prompt.element_ids + [NOT_IN_SET] * n, prompt.prompt)
+
+
+def _pick(reader, prefix: EncodedPrompt, step: Pick) -> str:
+    """The best of ``step.values`` as the continuation of ``prefix``: each scored alone after it
+    (with EOS where the value ends the answer, as ``choose`` scores an option)."""
+    eos = step.last and reader.options.eos
+    options = [text_ids(reader, v) + ([reader.tokenizer.eos_token_id] if eos else []) for v in step.values]
+    request = reader.encoded_request(prefix, options, step.path)
+    [scores] = reader.score_encoded([request])
+    return pick(scoring.to_option_scores(step.values, scores)).answer
+
+
+def _free(reader, prefix: EncodedPrompt, step: Free, config: GenerationConfig, left: int) -> tuple[list[int], bool]:
+    """Tokens decoded under ``step.grammar`` (its EOS dropped) and whether the grammar was completed."""
+    if left <= 0:
+        return [], False
+    config = dataclasses.replace(config, max_new_tokens=left, stop=[])
+    with reader._running() as model:
+        guide = Guide(reader.tokenizer, getattr(model.config, "vocab_size", None) or len(reader.tokenizer), step.grammar)
+        batch = collate([prefix], reader.variant.positions, reader.pad_id, length=prompt_length(model, len(prefix)))
+        [(_, tokens)] = generation.generate_tokens(model, reader.tokenizer, reader.variant, batch, config, processor=guide)
+    stop = generation.eos_ids(reader.model, reader.tokenizer)
+    ended = bool(tokens) and tokens[-1] in stop  # the grammar let the answer end there, and the model ended it
+    return [t for t in tokens if t not in stop], ended or guide.matcher.is_stopped()
