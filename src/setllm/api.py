@@ -19,6 +19,7 @@ from .errors import InputError
 from .loading import Origin
 from .loading.model import load_as
 from .loading.options import LoadOptions
+from .loading.plan import LoadPlan, plan_load
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
 from .policy import Choice, Verdict, verdict
 from .reader import Reader, ReadOptions, say_once
@@ -27,7 +28,6 @@ from .structured import decode as structured_decode
 from .structured import tools as structured_tools
 from .structured import toolset
 
-DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
 
 
@@ -77,13 +77,22 @@ class SetLLM(Reader):
 
     @classmethod
     def load(cls, options: LoadOptions, kind: str = "choose", progress: bool = False) -> SetLLM:
-        """Load what ``options`` says (the one loader of the library, the CLI, the server and
-        the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means."""
-        model, adapter, info = options.sources(kind)
-        net, tok = load_as(options, model, adapter)
-        lm = cls(net, tok, progress=progress, **options.read_as(model, adapter, info))
-        if options.adapter_path(DOCUMENTS) != adapter:  # "auto" means another adapter for documents
-            object.__setattr__(lm, "_documents", _DocumentsReading(options, lm.options, progress, lm.model))
+        """Load what ``options`` say (the one loader of the library, the CLI, the server and
+        the lm-eval backend); ``kind`` picks the shipped adapter ``adapter="auto"`` means.
+        The decisions are made first, without torch (:func:`setllm.loading.plan.plan_load`),
+        then :meth:`build` loads them."""
+        plan = plan_load(options, kind)  # decided first, without torch; then built
+        return cls.build(plan, progress)
+
+    @classmethod
+    def build(cls, plan: LoadPlan, progress: bool = False) -> SetLLM:
+        """Load what ``plan`` decided: its model and adapter, read as it says."""
+        plan.say_cautions()
+        read = plan.read_as()
+        net, tok = load_as(plan)
+        lm = cls(net, tok, progress=progress, **read)
+        if plan.documents is not None:  # "auto" means another adapter for documents
+            object.__setattr__(lm, "_documents", _DocumentsReading(plan.documents, lm.options, progress, lm.model))
         return lm
 
     @property
@@ -317,29 +326,25 @@ def _reading(options: ReadOptions) -> tuple:
 
 class _DocumentsReading:
     """The reading :meth:`SetLLM.answer` uses for a model that ``adapter="auto"`` loaded for
-    another kind of task: the same :class:`LoadOptions` loaded for documents (the one rule,
-    :meth:`LoadOptions.adapter_path`, that picks ``setllm eval --dataset documents``'s
-    adapter), once, on the first answer. ``read_as``: the reading of the model as loaded; a
-    view read otherwise answers as it is. ``owner``: the loaded model, whose document cache
-    the documents reading reads through (:func:`setllm.core.doccache.share`)."""
+    another kind of task: the documents plan the model's own plan holds
+    (:attr:`setllm.loading.plan.LoadPlan.documents`, the one rule that picks ``setllm eval
+    --dataset documents``'s adapter), built once, on the first answer. ``read_as``: the
+    reading of the model as loaded; a view read otherwise answers as it is. ``owner``: the
+    loaded model, whose document cache the documents reading reads through
+    (:func:`setllm.core.doccache.share`)."""
 
-    def __init__(self, options: LoadOptions, read_as: ReadOptions, progress: bool, owner=None):
-        self.options, self.read_as, self.progress, self.owner = options, read_as, progress, owner
+    def __init__(self, plan: LoadPlan, read_as: ReadOptions, progress: bool, owner=None):
+        self.plan, self.read_as, self.progress, self.owner = plan, read_as, progress, owner
+        self.origin = plan.origin  # which model and adapter it reads with, known before it loads
         self._lm: SetLLM | None = None
         self._lock = threading.Lock()
-
-    @property
-    def origin(self) -> Origin:
-        """Which model and adapter it reads with, known before it loads."""
-        model, adapter, info = self.options.sources(DOCUMENTS)
-        return Origin.loaded(model, adapter, info)
 
     def get(self, say: bool = True) -> SetLLM:
         """The documents reading, loaded on the first call (``say``: tell a library user, once,
         what was loaded; a server says it in its start-up lines instead)."""
         with self._lock:
             if self._lm is None:
-                self._lm = SetLLM.load(self.options, DOCUMENTS, self.progress)
+                self._lm = SetLLM.build(self.plan, self.progress)
                 if self.owner is not None:  # documents cached as the owner's were asked to be (under sbp)
                     doccache.share(self._lm.model, self.owner)
                 if say:

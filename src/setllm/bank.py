@@ -24,15 +24,17 @@ request do not depend on what else it serves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .api import SetLLM
 from .errors import InputError
-from .loading.adapters import AdapterInfo, apply_adapter, check_adapter
+from .loading.adapters import apply_adapter, check_adapter
 from .loading.model import load_as
 from .loading.options import LoadOptions
+from .loading.plan import LoadPlan, Record, plan_load, read_record
 from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
 from .loading.sources import DEFAULT_MODEL
 from .reader import switched
@@ -77,8 +79,8 @@ class AdapterBank(Mapping):
 
     model: object
     tokenizer: object
-    options: LoadOptions
-    infos: dict[str, AdapterInfo]
+    plan: LoadPlan  # the base model's (no adapter), under which every adapter is read
+    records: dict[str, Record]  # each adapter's setllm.json, read once
     paths: dict[str, str]
     _active: object = field(default=_UNKNOWN, init=False)
     _views: dict[str, SetLLM] = field(default_factory=dict, init=False)
@@ -92,17 +94,19 @@ class AdapterBank(Mapping):
 
     @classmethod
     def load(cls, options: LoadOptions, adapters: Mapping[str, str] | None = None) -> AdapterBank:
-        model = embedded_or(options.model)
-        paths = resolve_adapters(adapters, model) if adapters is not None else shipped_adapters()
+        """``options``' base model (its ``adapter`` left out) with ``adapters`` (as in :meth:`from_pretrained`)."""
+        plan = plan_load(dataclasses.replace(options, adapter="none"))
+        paths = resolve_adapters(adapters, plan.model) if adapters is not None else shipped_adapters()
         if not paths:
             raise InputError("an adapter bank needs at least one adapter")
-        base_name = model or DEFAULT_MODEL
-        dirs = {n: check_adapter(p, base_name, options.allow_pickle, options.allow_base_mismatch) for n, p in paths.items()}
-        net, tok = load_as(options, model, None)
+        base_name = plan.model or DEFAULT_MODEL
+        records = {n: read_record(p) for n, p in paths.items()}
+        dirs = {n: check_adapter(p, base_name, options.allow_pickle, options.allow_base_mismatch, records[n].info) for n, p in paths.items()}
+        net, tok = load_as(plan)
         for name, adir in dirs.items():
             net = apply_adapter(net, adir, base_name, merge=False, name=name)
         net.eval()
-        return cls(net, tok, options, {n: AdapterInfo.read(d) for n, d in dirs.items()}, {n: str(d) for n, d in dirs.items()})
+        return cls(net, tok, plan, records, {n: str(d) for n, d in dirs.items()})
 
     @property
     def names(self) -> list[str]:
@@ -132,8 +136,9 @@ class AdapterBank(Mapping):
         return self[BASE]
 
     def _view(self, name: str | None) -> SetLLM:
-        read = self.options.read_as(embedded_or(self.options.model), self.paths.get(name), self.infos.get(name))
-        return switched(SetLLM(self.model, self.tokenizer, **read), lambda: self.using(name))
+        plan = self.plan if name is None else self.plan.for_adapter(self.paths[name], self.records[name])
+        plan.say_cautions()
+        return switched(SetLLM(self.model, self.tokenizer, **plan.read_as()), lambda: self.using(name))
 
     @contextmanager
     def using(self, name: str | None):

@@ -24,7 +24,7 @@ def no_loading(monkeypatch):
     def load(*args, **kwargs):
         raise Loaded("the model was loaded")
 
-    monkeypatch.setattr(SetLLM, "load", load)
+    monkeypatch.setattr(SetLLM, "build", load)  # every load builds from its plan
 
 
 @pytest.mark.parametrize("flags", [[], ["--variant", "sbp"], ["--adapter", "none"]])

@@ -80,16 +80,17 @@ def test_a_row_longer_than_the_context_is_named(capsys, tmp_path):
 def test_judging_defaults_to_the_shipped_judge_adapter():
     from setllm import LoadOptions
     from setllm.api import default_adapter
+    from setllm.loading.plan import plan_load
 
     judge = default_adapter("judge")
     assert judge is not None and judge.endswith("smollm2-135m-judge") and judge != default_adapter("choose")
-    assert LoadOptions().adapter_path("judge") == judge
-    assert LoadOptions(variant="prefix-setpe").adapter_path("judge") == judge
+    assert plan_load(LoadOptions(), "judge").adapter == judge
+    assert plan_load(LoadOptions(variant="prefix-setpe"), "judge").adapter == judge
     # The base model (an order-sensitive variant) or a model of the user's: no adapter.
-    assert LoadOptions(variant="causal-pe").adapter_path("judge") is None
-    assert LoadOptions(model="/some/model").adapter_path("judge") is None
-    assert LoadOptions().adapter_path("choose") == default_adapter("choose")
-    assert LoadOptions(adapter="none").adapter_path("judge") is None and LoadOptions(adapter="/my/adapter").adapter_path("judge") == "/my/adapter"
+    assert plan_load(LoadOptions(variant="causal-pe"), "judge").adapter is None
+    assert plan_load(LoadOptions(model="/some/model"), "judge").adapter is None
+    assert plan_load(LoadOptions(), "choose").adapter == default_adapter("choose")
+    assert plan_load(LoadOptions(adapter="none"), "judge").adapter is None and plan_load(LoadOptions(adapter="/my/adapter"), "judge").adapter == "/my/adapter"
     with pytest.raises(Exception, match="unknown adapter kind 'rank'"):
         default_adapter("rank")
 

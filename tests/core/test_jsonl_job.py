@@ -12,6 +12,7 @@ from tiny import run_cli
 from setllm import LoadOptions
 from setllm.io import jsonl_job
 from setllm.io.records import DataError
+from setllm.loading.plan import plan_load
 
 
 def parse(obj, where):
@@ -71,17 +72,18 @@ def test_a_models_identity_follows_its_adapter_files_and_reading_not_its_arithme
     (adapter / "adapter_config.json").write_text("{}")
     (adapter / "adapter_model.safetensors").write_bytes(b"weights one")
     (adapter / "setllm.json").write_text('{"variant": "setmask-setpe"}')
-    first = LoadOptions(model="m", adapter=str(adapter)).answer_fingerprint()
-    assert LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False).answer_fingerprint() == first
-    assert LoadOptions(model="m", adapter=str(adapter), variant="setmask-setpe", eos=True).answer_fingerprint() == first  # as recorded
-    assert LoadOptions(model="m", adapter="none").answer_fingerprint() != LoadOptions(model="m", adapter="none", variant="causal-pe").answer_fingerprint()
+    first = plan_load(LoadOptions(model="m", adapter=str(adapter))).answer_fingerprint()
+    assert plan_load(LoadOptions(model="m", adapter=str(adapter), batch_size=1, dtype="bf16", exact=False)).answer_fingerprint() == first
+    assert plan_load(LoadOptions(model="m", adapter=str(adapter), variant="setmask-setpe", eos=True)).answer_fingerprint() == first  # as recorded
+    causal = plan_load(LoadOptions(model="m", adapter="none", variant="causal-pe")).answer_fingerprint()
+    assert plan_load(LoadOptions(model="m", adapter="none")).answer_fingerprint() != causal
     (adapter / "trainer_state.json").write_text("{}")  # a training log decides no answer
-    assert LoadOptions(model="m", adapter=str(adapter)).answer_fingerprint() == first
+    assert plan_load(LoadOptions(model="m", adapter=str(adapter))).answer_fingerprint() == first
     others = [LoadOptions(model="m2", adapter=str(adapter)), LoadOptions(model="m", adapter="none"),
               LoadOptions(model="m", adapter=str(adapter), variant="causal-pe"), LoadOptions(model="m", adapter=str(adapter), eos=False)]
     (adapter / "adapter_model.safetensors").write_bytes(b"weights two")  # retrained in place
     others.append(LoadOptions(model="m", adapter=str(adapter)))
-    assert len({first, *(o.answer_fingerprint() for o in others)}) == 1 + len(others)
+    assert len({first, *(plan_load(o).answer_fingerprint() for o in others)}) == 1 + len(others)
 
 
 def test_the_output_cannot_be_the_input(tmp_path):
@@ -144,21 +146,21 @@ def test_a_local_model_retrained_in_place_is_another_model(tmp_path):
     """A model named by path is fingerprinted by its files (names, sizes, both ends), so
     answers of a folder retrained under the same path are not resumed; files that decide
     no answer (a README) do not count."""
-    from setllm.loading.options import EDGE, local_model_fingerprint
+    from setllm.loading.plan import EDGE, local_model_fingerprint
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "llama"}')
     weights = model / "model.safetensors"
     weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"t" * EDGE)
-    first = LoadOptions(model=str(model), adapter="none").answer_fingerprint()
-    assert LoadOptions(model=str(model) + "/", adapter="none", batch_size=2).answer_fingerprint() == first  # the same path, spelled otherwise
+    first = plan_load(LoadOptions(model=str(model), adapter="none")).answer_fingerprint()
+    assert plan_load(LoadOptions(model=str(model) + "/", adapter="none", batch_size=2)).answer_fingerprint() == first  # the same path, spelled otherwise
     (model / "README.md").write_text("notes")
-    assert LoadOptions(model=str(model), adapter="none").answer_fingerprint() == first
+    assert plan_load(LoadOptions(model=str(model), adapter="none")).answer_fingerprint() == first
     weights.write_bytes(b"h" * EDGE + b"m" * EDGE + b"T" * EDGE)  # the last layers retrained
-    second = LoadOptions(model=str(model), adapter="none").answer_fingerprint()
+    second = plan_load(LoadOptions(model=str(model), adapter="none")).answer_fingerprint()
     (model / "config.json").write_text('{"model_type": "llama", "rope_theta": 1}')
-    assert len({first, second, LoadOptions(model=str(model), adapter="none").answer_fingerprint()}) == 3
+    assert len({first, second, plan_load(LoadOptions(model=str(model), adapter="none")).answer_fingerprint()}) == 3
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"one")
     before = local_model_fingerprint(gguf)

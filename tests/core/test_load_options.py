@@ -13,6 +13,7 @@ from setllm import LoadOptions, SetLLM
 from setllm.cli import build_parser
 from setllm.errors import InputError
 from setllm.lm_eval import BackendOptions
+from setllm.loading.plan import plan_load
 
 FIELDS = [f.name for f in dataclasses.fields(LoadOptions)]
 
@@ -68,9 +69,9 @@ def test_each_surface_spells_the_option_its_own_way(capsys):
 def test_none_is_no_adapter_and_auto_depends_on_the_task():
     from setllm.api import default_adapter
 
-    assert LoadOptions(adapter=None).adapter == "none" and LoadOptions(adapter=None).adapter_path() is None
-    assert LoadOptions().adapter_path("judge") == default_adapter("judge")
-    assert LoadOptions(model="elsewhere").adapter_path() is None  # the shipped adapters fit the embedded model only
+    assert LoadOptions(adapter=None).adapter == "none" and plan_load(LoadOptions(adapter=None)).adapter is None
+    assert plan_load(LoadOptions(), "judge").adapter == default_adapter("judge")
+    assert plan_load(LoadOptions(model="elsewhere")).adapter is None  # the shipped adapters fit the embedded model only
 
 
 @pytest.mark.parametrize("variant", ["sbp", "canonical"])
@@ -79,10 +80,10 @@ def test_auto_loads_no_adapter_under_a_training_free_variant(variant, kind, tmp_
     from setllm.api import default_adapter
 
     assert default_adapter(kind) is not None  # the embedded model has one, read under setmask-setpe
-    assert LoadOptions(variant="setmask-setpe").adapter_path(kind) == default_adapter(kind)
-    assert LoadOptions(variant=variant).adapter_path(kind) is None  # the base model as it is
-    assert LoadOptions(variant=variant).sources(kind)[1] is None
-    assert LoadOptions(variant=variant, adapter=str(tmp_path)).adapter_path(kind) == str(tmp_path)  # one trained under it can be named
+    assert plan_load(LoadOptions(variant="setmask-setpe"), kind).adapter == default_adapter(kind)
+    assert plan_load(LoadOptions(variant=variant), kind).adapter is None  # the base model as it is
+    assert plan_load(LoadOptions(variant=variant), kind).adapter is None
+    assert plan_load(LoadOptions(variant=variant, adapter=str(tmp_path)), kind).adapter == str(tmp_path)  # one trained under it can be named
 
 
 @pytest.fixture

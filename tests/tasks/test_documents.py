@@ -238,31 +238,31 @@ def test_documents_default_to_sbp_with_its_documents_adapter():
     variant's name away; its other kinds of task and canonical read the base model under sbp."""
     from setllm import LoadOptions
     from setllm.api import default_adapter
-    from setllm.loading.options import recorded
+    from setllm.loading.plan import plan_load, read_record
 
     documents = default_adapter("documents")
     assert documents is not None and documents.endswith("smollm2-135m-documents-sbp")
     assert documents not in (default_adapter("choose"), default_adapter("judge"))
-    assert LoadOptions().adapter_path("documents") == documents == default_adapter("documents", "sbp")
-    assert recorded(None, documents).variant == "sbp"  # trained under the reading it is loaded for
-    assert LoadOptions().planned_reading("documents")["variant"] == "sbp"
-    assert LoadOptions(variant="sbp").adapter_path("documents") == documents
-    assert LoadOptions(variant="causal-pe").adapter_path("documents") is None  # the base model: no adapter
-    assert LoadOptions(variant="sbp").adapter_path("choose") is None
-    assert LoadOptions(variant="canonical").adapter_path("documents") is None
-    assert LoadOptions(variant="sbp", adapter="none").adapter_path("documents") is None
+    assert plan_load(LoadOptions(), "documents").adapter == documents == default_adapter("documents", "sbp")
+    assert read_record(documents).info.variant == "sbp"  # trained under the reading it is loaded for
+    assert plan_load(LoadOptions(), "documents").reading.variant == "sbp"
+    assert plan_load(LoadOptions(variant="sbp"), "documents").adapter == documents
+    assert plan_load(LoadOptions(variant="causal-pe"), "documents").adapter is None  # the base model: no adapter
+    assert plan_load(LoadOptions(variant="sbp"), "choose").adapter is None
+    assert plan_load(LoadOptions(variant="canonical"), "documents").adapter is None
+    assert plan_load(LoadOptions(variant="sbp", adapter="none"), "documents").adapter is None
 
 
 def test_the_setmask_setpe_documents_adapter_is_a_variant_away():
     from setllm import LoadOptions
     from setllm.api import default_adapter
-    from setllm.loading.options import recorded
+    from setllm.loading.plan import plan_load, read_record
 
-    setmask = LoadOptions(variant="setmask-setpe").adapter_path("documents")
+    setmask = plan_load(LoadOptions(variant="setmask-setpe"), "documents").adapter
     assert setmask is not None and setmask.endswith("smollm2-135m-documents") and setmask == default_adapter("documents", "setmask-setpe")
-    assert recorded(None, setmask).variant == "setmask-setpe"
-    assert LoadOptions(variant="prefix-setpe").adapter_path("documents") == setmask  # a trained variant: the one trained under one
-    assert LoadOptions(variant="setmask-setpe").adapter_path("choose") == default_adapter("choose")
+    assert read_record(setmask).info.variant == "setmask-setpe"
+    assert plan_load(LoadOptions(variant="prefix-setpe"), "documents").adapter == setmask  # a trained variant: the one trained under one
+    assert plan_load(LoadOptions(variant="setmask-setpe"), "choose").adapter == default_adapter("choose")
 
 
 # -- CLI ------------------------------------------------------------------------------------

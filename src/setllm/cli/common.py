@@ -43,11 +43,18 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+class PlanShown(Exception):
+    """``--dry-run``: what a command would load (its plan's lines), said instead of loading it."""
+
+
 def run_guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command: a user's mistake (:class:`SetLLMError`) is one line and exit 2; a bug
     keeps its traceback."""
     try:
         return func(args) or 0
+    except PlanShown as shown:  # --dry-run: the plan printed, nothing loaded
+        print(shown)
+        return 0
     except SetLLMError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
@@ -131,6 +138,9 @@ def add_command(sub, name: str, configs: Sequence[type], config_file: bool = Fal
             action.help = f"turn off --{action.dest.replace('_', '-')}"
     if config_file:
         p.add_argument("--config", metavar="FILE", help="YAML or JSON file of options (keys: the flag names); flags override it")
+    if any(cls.__name__ == "LoadOptions" for cls in configs):  # a command that loads a model
+        p.add_argument("--dry-run", action="store_true", help="print what would be loaded (model, adapter, its setllm.json, the variant and "
+                                                              "where it came from, the documents reading) and exit before loading it")
     p.set_defaults(_configs=tuple(configs))
     return p
 
@@ -208,14 +218,33 @@ def validate(args: argparse.Namespace) -> None:
         config_from_args(cls, args)
 
 
-def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
-    """A :class:`setllm.SetLLM` from the model flags (:class:`setllm.LoadOptions`); with no
-    ``--adapter`` the embedded model gets the adapter shipped for ``kind`` of task."""
-    # Late, as every model import here: `setllm --help` loads no torch.
-    from ..api import SetLLM
+def load_plan(args: argparse.Namespace, kind: str = "choose"):
+    """What the model flags (:class:`setllm.LoadOptions`) load for ``kind`` of task
+    (:func:`setllm.loading.plan.plan_load`), planned once per command: the checks before the
+    load, ``--dry-run`` and the load read the same plan."""
     from ..loading.options import LoadOptions
+    from ..loading.plan import plan_load
 
-    return SetLLM.load(config_from_args(LoadOptions, args), kind, progress)
+    plans = vars(args).setdefault("_plans", {})
+    if kind not in plans:
+        plans[kind] = plan_load(config_from_args(LoadOptions, args), kind)
+    return plans[kind]
+
+
+def stop_if_dry_run(args: argparse.Namespace, plan, *more: str) -> None:
+    """``--dry-run``: say the plan (and ``more`` lines) and stop before anything loads."""
+    if getattr(args, "dry_run", False):
+        raise PlanShown("\n".join([plan.describe(), *more]))
+
+
+def load_setllm(args: argparse.Namespace, progress: bool = True, kind: str = "choose"):
+    """A :class:`setllm.SetLLM` from the model flags' plan (:func:`load_plan`); with no
+    ``--adapter`` the embedded model gets the adapter shipped for ``kind`` of task."""
+    plan = load_plan(args, kind)
+    stop_if_dry_run(args, plan)
+    from ..api import SetLLM  # late, as every model import here: `setllm --help` loads no torch
+
+    return SetLLM.build(plan, progress)
 
 
 def add_file_job_flags(p: argparse.ArgumentParser, input_help: str, output_help: str) -> None:
@@ -270,9 +299,7 @@ def run_file_job(args: argparse.Namespace, parse_row, make_answer, single: tuple
         raise InputError(f"--input FILE.jsonl and --output FILE.jsonl go together, without {flags}")
     read = jsonl_job.read_rows(args.input, parse_row, args.skip_bad, warn=False)
     jsonl_job.check_output(args.output, args.input)
-    from ..loading.options import LoadOptions
-
-    by = config_from_args(LoadOptions, args).answer_fingerprint(kind)  # answers by another model are not resumed
+    by = load_plan(args, kind).answer_fingerprint()  # answers by another model are not resumed
     left = jsonl_job.todo(read.rows, args.output, args.overwrite, by, settings, verb)
     if left:
         lm = load_setllm(args, progress=False, kind=kind)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..loading.options import LoadOptions
-from .common import add_command, config_from_args, load_setllm, warn_if_untrained
+from .common import add_command, config_from_args, load_plan, load_setllm, warn_if_untrained
 
 
 def add_parser(sub, name: str):
@@ -55,10 +55,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     world = World.start()  # under accelerate launch / torchrun: one rank of N, each on its own GPU
     args.device = world.device(args.device, torch.cuda.is_available())
     # Judging and documents have shipped adapters of their own; the benchmarks read with the choose one.
-    lm = load_setllm(args, progress=False, kind="choose" if task.kind == "mc" else task.kind)
+    kind = "choose" if task.kind == "mc" else task.kind
+    if task.kind == "mc":  # templates are the multiple-choice tasks; said from the plan, before the model loads
+        load_plan(args, kind).record.info.check_template(cfg.template)
+    lm = load_setllm(args, progress=False, kind=kind)
     warn_if_untrained(lm, args)
-    if task.kind == "mc":  # templates are the multiple-choice tasks
-        lm.origin.trained_as.check_template(cfg.template)
     summary = run_eval(lm, cfg, records, meta={"model": lm.origin.model, "adapter": lm.origin.adapter, "source": source})
     if world.is_main:
         print(_result_line(summary))

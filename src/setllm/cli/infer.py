@@ -16,6 +16,7 @@ from .common import (
     announce,
     check_fit,
     config_from_args,
+    load_plan,
     load_setllm,
     run_file_job,
 )
@@ -145,15 +146,14 @@ def read_prompt(args: argparse.Namespace):
     return from_json(text) if args.prompt_file.endswith(".json") else parse_markup(text.rstrip("\n"))
 
 
-def refuse_a_final_set(prompt, options: LoadOptions) -> None:
+def refuse_a_final_set(prompt, plan) -> None:
     """The codec's refusal of a prompt that ends with a set (:meth:`setllm.core.codec.Codec.prepare`),
     said before the model loads: it depends only on the reading the load will give. The answer
     would be read from inside whichever element comes last; chat mode's template adds text after."""
     from ..core import codec
     from ..core.variants import get_variant
 
-    read = options.planned_reading()
-    codec.refuse_a_final_set(prompt, get_variant(read["variant"]), read["chat"])
+    codec.refuse_a_final_set(prompt, get_variant(plan.reading.variant), plan.reading.chat)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -161,7 +161,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)
-    refuse_a_final_set(prompt, config_from_args(LoadOptions, args))
+    refuse_a_final_set(prompt, load_plan(args))
     shape = _constraint(args)
     lm = load_setllm(args)
     announce(lm, args)

@@ -20,7 +20,7 @@ from .common import (
     add_file_job_flags,
     announce,
     check_fit,
-    config_from_args,
+    load_plan,
     load_setllm,
     plain_help,
     run_file_job,
@@ -96,8 +96,7 @@ def resolved_readout(args: argparse.Namespace) -> str:
     same rule as :attr:`setllm.SetLLM.judge_readout`."""
     from ..readouts import trained_readout
 
-    _, _, info = config_from_args(LoadOptions, args).sources("judge")
-    return args.readout or trained_readout(info)
+    return args.readout or trained_readout(load_plan(args, "judge").record.info)
 
 
 def _judge_row(obj: object, where: str) -> dict:

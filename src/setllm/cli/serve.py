@@ -20,7 +20,7 @@ from ..errors import InputError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..serve.config import ServeConfig
 from ..serve.ray.options import RAY_INSTALL, RAY_PIN, RayOptions
-from .common import add_command, config_from_args, load_setllm, stop_if_interrupted, warn_if_untrained
+from .common import add_command, config_from_args, load_plan, load_setllm, stop_if_dry_run, stop_if_interrupted, warn_if_untrained
 
 HELP = "serve the model over HTTP: choose, score, judge, generate, answer, OpenAI-style completions, chat and responses"
 
@@ -28,9 +28,7 @@ HELP = "serve the model over HTTP: choose, score, judge, generate, answer, OpenA
 def add_parser(sub, name: str = "serve"):
     p = add_command(sub, name, [ServeConfig, LoadOptions, RayOptions], help=HELP,
                     description="Load the model once and answer JSON requests on http://HOST:PORT (loopback by default): "
-                                "POST /v1/choose, /v1/score, /v1/judge, /v1/generate, /v1/answer; OpenAI-compatible POST "
-                                "/v1/completions, /v1/chat/completions, /v1/responses (streamed with \"stream\": true, as "
-                                "/v1/generate) and GET /v1/models; GET /health, /metrics, and the playground page at /. "
+                                f"{served_routes()} (a generation streams with \"stream\": true). "
                                 "Several adapters share one copy of the base weights: a request names its adapter "
                                 "(field 'adapter'; OpenAI routes: 'model'; GET /v1/models lists the names). Concurrent requests "
                                 "are batched without changing any score. SIGTERM or Ctrl-C drains and stops.")
@@ -42,6 +40,27 @@ def add_parser(sub, name: str = "serve"):
                   "--variant causal-pe)")
     p.set_defaults(func=cmd_serve, named_adapters=[])
     return p
+
+
+def served_routes() -> str:
+    """The routes the app serves, read from the routers it includes (setllm's, the OpenAI-compatible
+    ones, the playground page), grouped as ``POST a, b; GET c``: a new route is listed by being served."""
+    if importlib.util.find_spec("fastapi") is None:
+        return "the routes of docs/serving.md (pip install -e '.[serve]')"
+    from ..serve import openai, page
+    from ..serve.routes import ROUTERS
+
+    groups = [("OpenAI-compatible " if router is openai.router else "") + _by_method(router) for router in ROUTERS]
+    return "; ".join(groups) + "; the playground page at " + ", ".join(r.path for r in page.router.routes)
+
+
+def _by_method(router) -> str:
+    """A router's paths as ``POST a, b and GET c`` (POST first)."""
+    paths: dict[str, list[str]] = {}
+    for route in router.routes:
+        for method in sorted(route.methods - {"HEAD"}, reverse=True):
+            paths.setdefault(method, []).append(route.path)
+    return " and ".join(f"{m} {', '.join(p)}" for m, p in sorted(paths.items(), reverse=True))
 
 
 class AdapterFlag(argparse.Action):
@@ -66,6 +85,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise InputError(f"setllm serve needs {' and '.join(missing)}: pip install -e '.[serve]'")
+    if args.dry_run:
+        served_models(args)  # says the plan and stops: no socket, no Ray, no model
     replicas = config_from_args(RayOptions, args)
     if replicas.replicas is not None:
         return serve_on_ray(args, config, replicas)
@@ -86,7 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def warn_if_no_default(args: argparse.Namespace) -> bool:
     """Several ``--adapter NAME=PATH`` and no main adapter: which one a request naming none
     reads with cannot be guessed; said once at start, with how to choose (True: said)."""
-    if args.adapter != "auto" or len(args.named_adapters) < 2 or config_from_args(LoadOptions, args).adapter_path("choose"):
+    if args.adapter != "auto" or len(args.named_adapters) < 2 or load_plan(args).adapter:
         return False
     names = ", ".join(n for n, _ in args.named_adapters)
     warnings.warn(f"--adapter NAME=PATH: {names} served, none of them the default: a request naming no adapter reads with 'none' "
@@ -129,31 +150,44 @@ def served_models(args: argparse.Namespace):
     the main model is the main adapter's view (``--adapter none``: the base model), the
     judge the ``judge`` adapter's. Every adapter is read unmerged either way, as everywhere
     in setllm: a request gets the library's bits."""
-    from ..bank import BASE, NONE, AdapterBank, shipped_adapters
+    from ..bank import AdapterBank
 
-    options = config_from_args(LoadOptions, args)
+    banked = served_adapters(args)
+    if banked is None:
+        return load_setllm(args, progress=False), None, {}
+    paths, main_name = banked
+    stop_if_dry_run(args, load_plan(args), *(f"served adapter {n}: {p}" for n, p in paths.items()), f"default reading: {main_name}")
+    bank = AdapterBank.load(config_from_args(LoadOptions, args), paths)
+    views = dict(bank)  # every adapter, then none and base
+    return views[main_name], views.get("judge"), views
+
+
+def served_adapters(args: argparse.Namespace) -> tuple[dict[str, str], str] | None:
+    """``(adapters by name, the default reading's name)`` of a server with several adapters,
+    decided from the flags' plan before anything loads; None: one model, loaded as every
+    other command loads it."""
+    from ..bank import BASE, NONE, shipped_adapters
+
     named = dict(args.named_adapters)
     if len(named) != len(args.named_adapters):
         raise InputError("--adapter NAME=PATH: each NAME once")
-    main = options.adapter_path("choose")
-    shipped = shipped_adapters() if options.adapter == "auto" and main is not None else {}
+    main = load_plan(args).adapter
+    shipped = shipped_adapters() if args.adapter == "auto" and main is not None else {}
     if not named and len(shipped) < 2:
-        return load_setllm(args, progress=False), None, {}
+        return None
     if shipped:  # the main adapter is one of them (auto: the choose one)
         paths, main_name = dict(shipped), next(n for n, p in shipped.items() if p == main)
     elif main:  # --adapter DIR beside NAME=PATH ones: served under its folder's name
         main_name = Path(main).name
         paths = {main_name: main}
-    elif options.adapter == "auto" and len(named) == 1:  # no adapter shipped for this model: the user's one is the default reading
+    elif args.adapter == "auto" and len(named) == 1:  # no adapter shipped for this model: the user's one is the default reading
         paths, main_name = {}, next(iter(named))
     else:  # --adapter none (or several of the user's, none picked): every adapter off, read as --adapter none reads everywhere
         paths, main_name = {}, NONE
     clash = set(named) & {*paths, NONE, BASE}
     if clash:
         raise InputError(f"--adapter NAME=PATH: {', '.join(sorted(clash))} is already the name of a served adapter")
-    bank = AdapterBank.load(options, {**paths, **named})
-    views = dict(bank)  # every adapter, then none and base
-    return views[main_name], views.get("judge"), views
+    return {**paths, **named}, main_name
 
 
 # -- --replicas N: the same server as N replicas on Ray Serve (setllm.serve.ray) ----------------
@@ -171,10 +205,10 @@ def serve_on_ray(args: argparse.Namespace, config: ServeConfig, options: RayOpti
     sock = open_socket(config.host, config.port)  # a taken port fails before Ray starts; port 0 picks one
     config = dataclasses.replace(config, port=sock.getsockname()[1])
     sock.close()
-    load = config_from_args(LoadOptions, args)
+    plan = load_plan(args)  # planned here, once: the replicas build from this plan (it travels with the flags)
     from ..serve.ray.launch import serve_until_signal
 
-    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, load.device)
+    serve_until_signal(functools.partial(replica_app, _plain(args), config), config, options, plan.options.device)
     return 0
 
 

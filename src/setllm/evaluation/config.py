@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.doccache.options import check_flags
+from ..core.doccache.options import cache_dir_field, cache_dir_mb_field, cache_mb_field, check_flags
 from ..errors import InputError
 from ..readouts import READOUTS
 from ..tasks import DOCUMENT_TASKS, JUDGE_TASKS, TASKS, TEMPLATES, get_task
@@ -45,14 +45,9 @@ class EvalConfig:
         metavar="P[,P...]"))
     verify_invariance: bool = field(default=False, metadata=_help(
         "for invariant variants: run every tested ordering anyway, unsorted, and count answer changes (expected 0)"))
-    cache_mb: float = field(default=512.0, metadata=_help(
-        "--dataset documents under --variant sbp: keep each document's keys and values (at most MB) and reuse them across the "
-        "orderings and questions that share it (setllm.core.doccache); 0: read every document afresh", metavar="MB"))
-    cache_dir: str | None = field(default=None, metadata=_help(
-        "with the document cache: also keep each document's keys and values in this folder (safetensors), where a later "
-        "run (or a server) finds them; at most --cache-dir-mb", metavar="DIR"))
-    cache_dir_mb: float = field(default=2048.0, metadata=_help("most MB of document keys and values in --cache-dir, least recently used out",
-                                                              metavar="MB"))
+    cache_mb: float = cache_mb_field()
+    cache_dir: str | None = cache_dir_field()
+    cache_dir_mb: float = cache_dir_mb_field()
     normalize: bool = field(default=False, metadata=_help("pick by mean per-token log-likelihood instead of the sum (the paper: sum)"))
     readout: str | None = field(default=None, metadata=_help(
         "judge datasets: how candidates are scored (setllm.readouts); default: the one the adapter was trained for, else likelihood", choices=list(READOUTS)))

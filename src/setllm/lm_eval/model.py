@@ -34,6 +34,7 @@ from ..core.fit import context_length
 from ..core.prompt import parse_markup
 from ..errors import InputError, OptionError, SetLLMWarning
 from ..loading.options import LoadOptions
+from ..loading.plan import plan_load
 from ..loading.shipped import ADAPTERS_DIR
 from ..loading.sources import DEFAULT_MODEL
 
@@ -98,11 +99,11 @@ def run_name(model_args: str | dict) -> str:
     names a run by a ``pretrained=``/``model=`` key alone, else by a random id that is the same
     in every run (it seeds ``random``)."""
     args = lm_utils.simple_parse_args_string(model_args) if isinstance(model_args, str) else dict(model_args)
-    load = BackendOptions.parse(args).load
-    model, adapter, _ = load.sources()
+    plan = plan_load(BackendOptions.parse(args).load)
+    adapter = plan.adapter
     if adapter is not None and Path(adapter).parent == ADAPTERS_DIR:
         adapter = Path(adapter).name
-    return f"{model or DEFAULT_MODEL}/{adapter or 'none'}/{load.planned_reading()['variant']}"
+    return f"{plan.model or DEFAULT_MODEL}/{adapter or 'none'}/{plan.reading.variant}"
 
 
 @register_model("setllm")

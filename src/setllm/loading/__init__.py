@@ -12,8 +12,9 @@ base model, a hub id while the hub is offline or unreachable.
 One module per concern: ``sources`` (name or path -> a folder transformers loads: a small
 registry), ``convert`` (GGUF -> safetensors, once, in the cache), ``checks`` (weights files
 refused up front), ``hub`` (whether the hub can serve a name now), ``record`` (what an
-adapter records in ``setllm.json``), ``adapters`` (its base model, PEFT loading, portable
-copies), ``model`` (the loader), ``quiet`` (library noise hidden while loading).
+adapter records in ``setllm.json``), ``plan`` (what a load will build, decided once without
+torch: :func:`plan_load`), ``adapters`` (its base model, PEFT loading, portable copies),
+``model`` (the loader, from a plan), ``quiet`` (library noise hidden while loading).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__, __getattr__, __dir__ = exports(__name__, {
     "convert": ["cache_dir", "convert_gguf", "converted_problem"],
     "hub": ["hub_problem"],
     "model": ["load_model"],
+    "plan": ["LoadPlan", "plan_load"],
     "quiet": ["quiet_loading"],
     "record": ["METADATA_FILE", "AdapterInfo"],
     "sources": ["DEFAULT_MODEL", "EMBEDDED_HUB_ID", "canonical_name", "embedded_gguf", "embedded_model_dir", "gguf_model_dir", "resolve"],

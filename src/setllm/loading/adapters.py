@@ -37,10 +37,11 @@ class Origin:
         return cls(getattr(model.config, "_name_or_path", None) or None)
 
 
-def recorded_base(adapter_dir: str | Path) -> str | None:
-    """The base model an adapter was trained on: ``setllm.json``'s record, else PEFT's
-    ``base_model_name_or_path`` (adapters trained outside setllm), else None (unknown)."""
-    info = AdapterInfo.read(adapter_dir)
+def recorded_base(adapter_dir: str | Path, info: AdapterInfo | None = None) -> str | None:
+    """The base model an adapter was trained on: ``setllm.json``'s record (``info``: as a
+    plan read it), else PEFT's ``base_model_name_or_path`` (adapters trained outside
+    setllm), else None (unknown)."""
+    info = AdapterInfo.read(adapter_dir) if info is None else info
     if info.base_model:
         return info.base_model
     config = read_json(Path(adapter_dir) / "adapter_config.json")
@@ -81,12 +82,13 @@ def _short_name(key: str) -> str:
     return re.split(r"[/\\:]", key.rstrip("/\\"))[-1]
 
 
-def check_adapter_base(adapter: str | Path, base_model: str | None, allow_mismatch: bool = False) -> None:
+def check_adapter_base(adapter: str | Path, base_model: str | None, allow_mismatch: bool = False, info: AdapterInfo | None = None) -> None:
     """Refuse an adapter recorded as trained on another base model (by name, unless the two
     are folders here with the same weights, :func:`same_weights`): with matching shapes it
     would apply silently and give a meaningless model. ``allow_mismatch`` applies it anyway,
-    with a :class:`SetLLMWarning`. Nothing to check when either side is unknown."""
-    recorded = recorded_base(adapter)
+    with a :class:`SetLLMWarning`. Nothing to check when either side is unknown. ``info``:
+    its ``setllm.json`` as a plan read it (None: read here)."""
+    recorded = recorded_base(adapter, info)
     if recorded is None or not base_model or same_base(recorded, base_model) or same_weights(recorded, base_model):
         return
     message = f"adapter {str(adapter)!r} was trained on {recorded!r}, not on {base_model!r}"
@@ -122,9 +124,10 @@ def _weights_files(folder: Path) -> list[Path]:
 
 
 def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: bool = False,
-                  allow_base_mismatch: bool = False) -> Path:
+                  allow_base_mismatch: bool = False, info: AdapterInfo | None = None) -> Path:
     """Everything about an adapter directory that can be refused before loading any weights:
-    its files, its safetensors header, its base model. Returns the directory."""
+    its files, its safetensors header, its base model (``info``: its ``setllm.json`` as a
+    plan read it). Returns the directory."""
     adir = Path(adapter)
     if not (adir / "adapter_config.json").exists():
         raise ModelLoadError(f"adapter {str(adapter)!r}: no adapter_config.json there (expected a PEFT adapter directory)")
@@ -134,7 +137,7 @@ def check_adapter(adapter: str | Path, base_model: str | None, allow_pickle: boo
         check_safetensors(weights)
     elif not allow_pickle:
         raise ModelLoadError(f"adapter {str(adapter)!r} has no adapter_model.safetensors; pickled weights load only with --allow-pickle")
-    check_adapter_base(adir, base_model, allow_base_mismatch)
+    check_adapter_base(adir, base_model, allow_base_mismatch, info)
     return adir
 
 

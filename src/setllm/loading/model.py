@@ -13,7 +13,10 @@ from ..errors import ModelLoadError
 from .adapters import apply_adapter, base_key, check_adapter, recorded_base
 from .checks import check_model_files
 from .hub import hub_access, looks_local
+from .options import apply_threads
+from .plan import LoadPlan
 from .quiet import quiet_loading
+from .record import AdapterInfo
 from .sources import DEFAULT_MODEL, PUBLIC_IDS, resolve
 
 
@@ -28,6 +31,7 @@ def load_model(
     allow_base_mismatch: bool = False,
     progress: bool = False,
     merge: bool = False,
+    record: AdapterInfo | None = None,
 ):
     """Load ``(model, tokenizer)``; ``adapter`` is a local PEFT adapter directory.
 
@@ -39,12 +43,13 @@ def load_model(
 
     ``allow_base_mismatch`` applies an adapter recorded as trained on another base model (with
     a warning) instead of refusing it. ``progress`` keeps transformers' progress bars (a
-    "Loading weights" bar per load; off by default: noise for small models).
+    "Loading weights" bar per load; off by default: noise for small models). ``record``: the
+    adapter's ``setllm.json`` as a plan read it (None: read here).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     check_attention(attn_implementation, "attn_implementation")  # before any download or load
-    adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch) if adapter is not None else None
+    adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch, record) if adapter is not None else None
     path = resolve(model)
     check_not_an_adapter(path)
     check_model_files(path)
@@ -74,18 +79,20 @@ def load_model(
     return net, tokenizer
 
 
-def load_as(options, model: str | None, adapter: str | None):
-    """``(model, tokenizer)`` as :class:`setllm.LoadOptions` say (threads, dtype, device,
-    attention: ``auto`` is sdpa, switched to flex attention for long prompts), with ``adapter``
-    on it, unmerged (None: none): the one way the library, the CLI and the server load."""
+def load_as(plan: LoadPlan, adapter: bool = True):
+    """``(model, tokenizer)`` as a :class:`setllm.loading.plan.LoadPlan` says (threads, dtype,
+    device, attention: ``auto`` is sdpa, switched to flex attention for long prompts), with
+    its adapter on it, unmerged (``adapter=False``: none): the one way the library, the CLI
+    and the server load."""
     from ..core.runtime import use_auto_attention
-    from .options import apply_threads
 
+    options = plan.options
     apply_threads(options.threads)  # before loading: loading and every forward run on them
     auto = options.attn == "auto"
-    net, tok = load_model(model, adapter, dtype=options.torch_dtype, attn_implementation="sdpa" if auto else options.attn,
-                          device=options.device or default_device(), allow_pickle=options.allow_pickle,
-                          allow_base_mismatch=options.allow_base_mismatch)  # loading takes a second: no bar
+    net, tok = load_model(plan.model, plan.adapter if adapter else None, dtype=options.torch_dtype,
+                          attn_implementation="sdpa" if auto else options.attn, device=options.device or default_device(),
+                          allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch,
+                          record=plan.record.info)  # loading takes a second: no bar
     if auto:
         use_auto_attention(net)
     if options.cuda_graphs:

@@ -1,14 +1,11 @@
 """Which model to load and how to read prompts: declared once, with a help string and a check
 per field. The CLI builds its model flags from :class:`LoadOptions`, lm-eval's ``--model_args``
-are parsed into it, and :meth:`setllm.SetLLM.from_pretrained` loads through it."""
+are parsed into it, and :func:`setllm.loading.plan.plan_load` decides from it what a load builds."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import get_args, get_type_hints
 
 from ..core.variants import (
@@ -20,8 +17,6 @@ from ..core.variants import (
     get_variant,
 )
 from ..errors import InputError, OptionError
-from .adapters import METADATA_FILE, AdapterInfo, Origin
-from .shipped import default_adapter, embedded_or
 
 THREADS_ENV = "SETLLM_THREADS"
 THREADS_HELP = (f"CPU threads for torch (default: ${THREADS_ENV}, else one per core); on a machine shared with other jobs "
@@ -96,87 +91,6 @@ class LoadOptions:
 
         return getattr(torch, DTYPES[self.dtype])
 
-    def adapter_path(self, kind: str = "choose") -> str | None:
-        """The adapter to load. ``auto``: the one shipped for ``kind`` of task
-        (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
-        order-invariant variant: with none named, the kind's default (for documents the ``sbp``
-        one, which reads under ``sbp``); a trained variant named, the kind's adapter trained
-        under one (documents: the ``setmask-setpe`` one); a training-free one named (``sbp``,
-        ``canonical``), only one trained for that reading (``sbp`` documents), else the base
-        model as it is; the base model is the model without it."""
-        if self.adapter != "auto":
-            return None if self.adapter == "none" else self.adapter
-        variant = None if self.variant is None else get_variant(self.variant)
-        if embedded_or(self.model) is not None or (variant is not None and not variant.invariant):
-            return None
-        if variant is not None and variant.training_free:
-            return default_adapter(kind, variant.name)
-        return default_adapter(kind, None if variant is None else variant.name) or default_adapter("choose")
-
-    def sources(self, kind: str = "choose"):
-        """``(model, adapter, info)``: the model to load (None: the embedded one), the adapter
-        (None: none) and what their ``setllm.json`` records (:class:`setllm.loading.AdapterInfo`),
-        as :meth:`setllm.SetLLM.load` and :meth:`answer_fingerprint` both read them."""
-        model, adapter = embedded_or(self.model), self.adapter_path(kind)
-        return model, adapter, recorded(model, adapter)
-
-    def read_as(self, model: str | None, adapter: str | None, info: AdapterInfo | None = None) -> dict:
-        """The keyword arguments of :class:`setllm.SetLLM` for ``model`` (None: the embedded
-        one) with ``adapter`` (None: none) loaded under these options: the reading (the
-        choices given, the rest from ``setllm.json``: :func:`recorded`, or ``info`` where it
-        was read already), the checks and where it came from. The one assembly of a reading,
-        :meth:`setllm.SetLLM.load`'s and every view of an :class:`setllm.AdapterBank`."""
-        info = recorded(model, adapter) if info is None else info
-        return {**info.reading(variant=self.variant, **self.reading()), "exact": self.exact, "batch_size": self.batch_size,
-                "allow_untested": self.allow_untested, "threads": self.thread_count(), "origin": Origin.loaded(model, adapter, info)}
-
-    def answer_fingerprint(self, kind: str = "choose") -> str:
-        """A short hash of what decides an answer beyond its input: the base model (by name;
-        a local one also by :func:`local_model_fingerprint` of its files), the adapter's
-        files (weights and record), the variant and the reading choices as they will be read
-        (a variant named or left to the adapter's record is the same). Needs no model, so a resumed
-        ``--output`` is checked before one loads. Dtype, device, batch size, attention and
-        ``exact`` are left out: they change floats, not which model answers."""
-        model, adapter, info = self.sources(kind)
-        local = model is not None and Path(model).exists()
-        if local:
-            model = str(Path(model).resolve())
-        read = self.planned_reading(kind)
-        h = hashlib.sha256(repr((model or "embedded", sorted(read.items()))).encode())
-        if local:  # a folder or file retrained in place under the same path is another model
-            h.update(local_model_fingerprint(Path(model)).encode())
-        # The files of an adapter folder that decide its answers (training logs and checkpoints do not).
-        for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", METADATA_FILE) if adapter else ():
-            path = Path(adapter) / name
-            if path.is_file():
-                h.update(name.encode() + path.read_bytes())
-        return h.hexdigest()[:16]
-
-    def thread_count(self) -> int | None:
-        """The torch thread count these options set (``threads``, else ``$SETLLM_THREADS``), or None."""
-        return self.threads if self.threads is not None else threads_from_env()
-
-    def reading(self) -> dict:
-        """The reading choices given (the rest come from the adapter's ``setllm.json``)."""
-        return {k: getattr(self, k) for k in ("chat", "eos") if getattr(self, k) is not None}
-
-    def planned_reading(self, kind: str = "choose") -> dict:
-        """``{"variant", "chat", "eos"}`` as :meth:`setllm.SetLLM.load` will read prompts (the
-        choices given, the rest from ``setllm.json``), found without loading a model: a check
-        that needs only these comes before the seconds of loading."""
-        with warnings.catch_warnings():  # a reading against the record warns once, when the model loads
-            warnings.simplefilter("ignore")
-            return self.sources(kind)[2].reading(variant=self.variant, **self.reading())
-
-
-def recorded(model: str | None, adapter: str | None) -> AdapterInfo:
-    """What ``setllm.json`` records of how ``model`` with ``adapter`` was trained: the
-    adapter's, or with no adapter the model folder's (a full fine-tune writes it there);
-    nothing for the embedded model alone."""
-    source = adapter or model
-    return AdapterInfo.read(source) if source else AdapterInfo()
-
-
 def apply_threads(threads: int | None = None) -> int | None:
     """Set torch's CPU thread count: ``threads``, else ``$SETLLM_THREADS``, else leave torch's
     default (one per core). Returns the count set, or None. Called before a model loads, so
@@ -199,27 +113,6 @@ def threads_from_env() -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise InputError(f"${THREADS_ENV} must be a whole number of threads >= 1, got {text!r}")
     return int(text)
-
-
-MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.gguf", "*.model", "*.txt")  # config, weights, tokenizer
-EDGE = 1 << 20  # bytes read at each end of a weights file
-
-
-def local_model_fingerprint(path: Path) -> str:
-    """A local model's files without loading them: each file's name, size, and its first
-    and last MiB (a safetensors file starts with its tensor index; retraining changes the
-    last layers' bytes). Reads at most 2 MiB per file, so a 500 MB model costs milliseconds.
-    A change in the middle of a file with the same size and ends goes unseen."""
-    files = [path] if path.is_file() else sorted({f for pattern in MODEL_FILES for f in path.glob(pattern) if f.is_file()})
-    h = hashlib.sha256()
-    for f in files:
-        size = f.stat().st_size
-        with f.open("rb") as fh:
-            head = fh.read(EDGE)
-            fh.seek(max(size - EDGE, 0))
-            tail = fh.read(EDGE)
-        h.update(repr((f.name, size)).encode() + head + tail)
-    return h.hexdigest()
 
 
 _TEXT = ("model", "adapter", "variant", "attn", "device", "dtype")

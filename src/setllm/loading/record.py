@@ -44,11 +44,16 @@ class AdapterInfo:
 
     @classmethod
     def read(cls, adapter_dir: str | Path) -> AdapterInfo:
+        """What ``adapter_dir``'s ``setllm.json`` records (nothing there: the defaults). A load
+        reads it once, in its plan (:func:`setllm.loading.plan.read_record`)."""
         path = Path(adapter_dir) / METADATA_FILE
-        if not path.is_file():
-            return cls()
+        return cls.parse(path.read_bytes(), path) if path.is_file() else cls()
+
+    @classmethod
+    def parse(cls, raw: bytes, path: Path) -> AdapterInfo:
+        """The record in ``raw``, the bytes of ``path``; one line naming the file where it is not one."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             info = cls(**{k: data[k] for k in ("base_model", "variant", "template", "chat", "eos", "readout") if k in data})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.variants import get_variant
+from ..core.variants import Variant, get_variant
 from ..errors import InputError
 from .sources import DEFAULT_MODEL, canonical_name
 
@@ -29,7 +29,7 @@ def embedded_or(model: str | None) -> str | None:
     return None if model == DEFAULT_MODEL else model
 
 
-def default_adapter(kind: str = "choose", variant: str | None = None) -> str | None:
+def default_adapter(kind: str = "choose", variant: str | Variant | None = None) -> str | None:
     """The Set-LLM adapter shipped for the embedded model, if this install has it:
     ``"choose"`` (choose, score, generate, eval of the benchmarks; what ``adapter="auto"``
     loads), ``"judge"`` (trained on judge examples; the default of ``setllm judge``) or
@@ -43,8 +43,8 @@ def default_adapter(kind: str = "choose", variant: str | None = None) -> str | N
         raise InputError(f"unknown adapter kind {kind!r}; choose one of: {', '.join(SHIPPED_ADAPTERS)}")
     name = SHIPPED_ADAPTERS[kind]
     if variant is not None:
-        free = get_variant(variant).training_free
-        name = READING_ADAPTERS.get((kind, variant if free else "trained"), None if free else name)
+        variant = get_variant(variant)
+        name = READING_ADAPTERS.get((kind, variant.name if variant.training_free else "trained"), None if variant.training_free else name)
     if name is None:
         return None
     path = ADAPTERS_DIR / name

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..core.doccache.options import check_flags
+from ..core.doccache.options import cache_dir_field, cache_dir_mb_field, cache_mb_field, check_flags
 from ..errors import InputError
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -67,14 +67,9 @@ class ServeConfig:
                                                                    "(default: --timeout-s, as long as any request may take)", "metavar": "S"})
     batch_check: bool = field(default=True, metadata={
         "help": "check once per machine, in the background, that batching gives bit-identical scores here (--no-batch-check: trust it)"})
-    cache_mb: float | None = field(default=None, metadata={
-        "help": "keep the keys and values of documents read under --variant sbp (set elements, looked up by content) in at "
-                "most this many MB and reuse them across requests (default: 512); 0: off", "metavar": "MB"})
-    cache_dir: str | None = field(default=None, metadata={
-        "help": "also keep the documents' keys and values in this folder (safetensors), where a restarted server, or another "
-                "one sharing the folder, finds them; at most --cache-dir-mb", "metavar": "DIR"})
-    cache_dir_mb: float = field(default=2048.0, metadata={
-        "help": "most MB of document keys and values in --cache-dir, least recently used out", "metavar": "MB"})
+    cache_mb: float | None = cache_mb_field(None)  # None: not asked (said at start where it cannot be used)
+    cache_dir: str | None = cache_dir_field()
+    cache_dir_mb: float = cache_dir_mb_field()
     api_key: str | None = field(default=None, repr=False, metadata={
         "help": "require 'Authorization: Bearer KEY' on every route but /health and the page at / (default: $SETLLM_API_KEY; unset: no key)",
         "metavar": "KEY"})

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import verbs
-from ..api import DOCUMENTS
 from ..core import doccache
 from ..core.chat import chat_prompt
+from ..core.doccache.stats import gauges
 from ..core.prompt import SetPrompt, parse_markup, template_prompt
 from ..core.values import GenerationConfig
 from ..loading import Origin
+from ..loading.plan import DOCUMENTS
 from ..policy import verdict
 from ..readouts import get_readout, trained_readout
 from .batch_check import BatchingCheck
@@ -316,21 +317,7 @@ class Service:
         if self.documents is None:
             return {}
         stat = self.documents.stats
-        gauges = {"setllm_document_cache_hits": ("Document pieces found in the cache.", lambda: stat().hits),
-                "setllm_document_cache_misses": ("Document pieces computed (not in the cache).", lambda: stat().misses),
-                "setllm_document_cache_evictions": ("Document pieces pushed out by newer ones.", lambda: stat().evictions),
-                "setllm_document_cache_bytes": ("Bytes of keys and values the cache holds.", lambda: stat().bytes),
-                "setllm_document_cache_max_bytes": ("The cache's bound in bytes (--cache-mb).", lambda: stat().max_bytes)}
-        if self.documents.disk is None:
-            return gauges
-        return {**gauges,
-                "setllm_document_cache_disk_hits": ("Document pieces found on disk (--cache-dir).", lambda: stat().disk_hits),
-                "setllm_document_cache_disk_writes": ("Document pieces written to disk.", lambda: stat().disk_writes),
-                "setllm_document_cache_disk_refused": ("Damaged or foreign files refused (and computed again).", lambda: stat().disk_refused),
-                "setllm_document_cache_disk_check_seconds": ("Seconds spent verifying the files read (checksums).", lambda: stat().disk_check_s),
-                "setllm_document_cache_disk_evictions": ("Files pushed out of the folder by newer ones.", lambda: stat().disk_evictions),
-                "setllm_document_cache_disk_bytes": ("Bytes of the files the folder holds.", lambda: stat().disk_bytes),
-                "setllm_document_cache_disk_max_bytes": ("The folder's bound in bytes (--cache-dir-mb).", lambda: stat().disk_max_bytes)}
+        return {metric: (help_, lambda name=name: getattr(stat(), name)) for name, (metric, help_) in gauges(self.documents.disk is not None).items()}
 
 
 def plain_messages(messages: Sequence[dict]) -> SetPrompt:

@@ -46,7 +46,7 @@ With a folder, pieces are also kept on disk (:mod:`.tier`).
 One job a module: :mod:`.store` (the memory store, one per model's weights), :mod:`.tier` (the
 disk tier), :mod:`.keys` (what names a piece), :mod:`.reading` (a prompt read through the
 store), :mod:`.attention` (a question's attention over the pieces where they lie),
-:mod:`.options` (a command's cache flags), :mod:`.sizes` (its bounds in MB).
+:mod:`.options` (a command's cache flags), :mod:`.sizes` (its bounds in MB), :mod:`.stats` (what it did, and its gauges).
 """
 
 from ...lazy import exports
@@ -58,5 +58,6 @@ __all__, __getattr__, __dir__ = exports(__name__, {
     "options": ["CacheOptions", "reuse_line"],
     "reading": ["generate", "prefill", "read_options", "score", "unusable", "variant_problem"],
     "sizes": ["DEFAULT_DISK_MB", "DEFAULT_MB", "megabytes"],
-    "store": ["CacheStats", "DocumentCache", "apart", "attach", "for_reading", "forget", "of", "on_by_default", "share"],
+    "stats": ["CacheStats", "gauges"],
+    "store": ["DocumentCache", "apart", "attach", "for_reading", "forget", "of", "on_by_default", "share"],
 })

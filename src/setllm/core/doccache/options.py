@@ -1,31 +1,47 @@
 """The document cache's options as a command takes them (``--cache-mb``, ``--cache-dir``,
-``--cache-dir-mb``), declared once with their help and checks, and the one line a command
-prints on what the cache reused."""
+``--cache-dir-mb``), declared once with their help and checks (the field makers below, which
+answer's :class:`CacheOptions`, ``setllm eval``'s and ``setllm serve``'s configs share), and
+the one line a command prints on what the cache reused."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ...errors import InputError
 from .sizes import DEFAULT_DISK_MB, DEFAULT_MB, megabytes
+from .stats import CacheStats
 
-if TYPE_CHECKING:  # the store imports torch; the server's config and the Ray ingress read these flags without it
-    from .store import CacheStats
+
+def cache_mb_field(default: float | None = DEFAULT_MB):
+    """``--cache-mb``, declared here for every command that takes it (answer, eval, serve and
+    its replicas); ``default`` None: the command's own default, :data:`DEFAULT_MB` (the
+    server tells a size asked for from none)."""
+    return field(default=default, metadata={
+        "help": f"keep the keys and values of documents read under --variant sbp (the default reading of documents) in at most this "
+                f"many MB and reuse them in any order, across questions, orderings and requests (default: {DEFAULT_MB:g}); "
+                "0: read every document afresh", "metavar": "MB"})
+
+
+def cache_dir_field():
+    """``--cache-dir``, declared here for every command that takes it."""
+    return field(default=None, metadata={
+        "help": "also keep them in this folder (safetensors, every byte checked when read), where a later run, a restarted server "
+                "or another one sharing the folder finds them; at most --cache-dir-mb", "metavar": "DIR"})
+
+
+def cache_dir_mb_field():
+    """``--cache-dir-mb``, declared here for every command that takes it."""
+    return field(default=DEFAULT_DISK_MB, metadata={"help": "most MB of document keys and values in --cache-dir, least recently used out",
+                                                    "metavar": "MB"})
 
 
 @dataclass
 class CacheOptions:
     """Where documents read under ``sbp`` are kept (:mod:`setllm.core.doccache`)."""
 
-    cache_mb: float = field(default=DEFAULT_MB, metadata={
-        "help": f"keep the keys and values of documents read under --variant sbp (the default reading of documents) in at most this "
-                f"many MB and reuse them in any order (default: {DEFAULT_MB:g}); 0: read every document afresh", "metavar": "MB"})
-    cache_dir: str | None = field(default=None, metadata={
-        "help": "also keep them in this folder (safetensors, every byte checked when read), where a later run or a server finds "
-                "them; at most --cache-dir-mb", "metavar": "DIR"})
-    cache_dir_mb: float = field(default=DEFAULT_DISK_MB, metadata={
-        "help": "most MB of document keys and values in --cache-dir, least recently used out", "metavar": "MB"})
+    cache_mb: float = cache_mb_field()
+    cache_dir: str | None = cache_dir_field()
+    cache_dir_mb: float = cache_dir_mb_field()
 
     def __post_init__(self) -> None:
         check_flags(self.cache_mb, self.cache_dir, self.cache_dir_mb)

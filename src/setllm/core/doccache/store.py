@@ -15,7 +15,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,42 +23,10 @@ from ...errors import InputError
 from ..owner import UNSET, owner
 from .keys import PieceKey
 from .sizes import DEFAULT_DISK_MB, DEFAULT_MB, megabytes
+from .stats import CacheStats
 from .tier import DiskTier
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    """What a :class:`DocumentCache` did: lookups that found a piece (``hits``, in memory or
-    on disk) or computed it (``misses``), pieces pushed out of memory (``evictions``), and
-    what memory holds now; with a disk tier, the pieces found on disk (``disk_hits``),
-    written there (``disk_writes``), files refused, pushed out, the folder's bytes, and the
-    seconds spent verifying the files read (``disk_check_s``)."""
-
-    hits: int
-    misses: int
-    evictions: int
-    bytes: int
-    entries: int
-    max_bytes: int
-    computed_tokens: int = 0  # tokens of the pieces computed (misses)
-    computed_s: float = 0.0  # seconds spent computing them
-    reused_tokens: int = 0  # tokens of the pieces found (hits)
-    disk_hits: int = 0
-    disk_writes: int = 0
-    disk_refused: int = 0
-    disk_evictions: int = 0
-    disk_bytes: int = 0
-    disk_entries: int = 0
-    disk_max_bytes: int = 0
-    disk_check_s: float = 0.0  # seconds spent verifying the files read (their checksums)
-
-    @property
-    def saved_s(self) -> float:
-        """An estimate of the seconds the hits saved: their tokens at the rate the misses
-        were computed (0 before any miss)."""
-        return self.reused_tokens * self.computed_s / self.computed_tokens if self.computed_tokens else 0.0
 
 
 class DocumentCache:

@@ -22,6 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ...core.doccache.stats import gauges
 from ..auth import refusal
 from ..config import ServeConfig
 from ..errors import ApiError, QueueFull, ShuttingDown
@@ -33,19 +34,10 @@ from .documents import request_documents
 
 log = logging.getLogger("setllm.serve")
 REPLICA_HEADER = "x-setllm-replica"  # which replica answered (the name /metrics labels it by)
-REPLICA_GAUGES = {  # replica stat -> (metric, help)
-    "hits": ("setllm_document_cache_hits", "Document pieces found in the replica's cache."),
-    "misses": ("setllm_document_cache_misses", "Document pieces the replica computed (not in its cache)."),
-    "evictions": ("setllm_document_cache_evictions", "Document pieces pushed out of the replica's cache by newer ones."),
-    "bytes": ("setllm_document_cache_bytes", "Bytes of keys and values the replica's cache holds."),
-    "max_bytes": ("setllm_document_cache_max_bytes", "The replica's cache bound in bytes (--cache-mb)."),
-    "disk_hits": ("setllm_document_cache_disk_hits", "Document pieces the replica read from the disk tier (--cache-dir, shared by every replica)."),
-    "disk_writes": ("setllm_document_cache_disk_writes", "Document pieces the replica wrote to the disk tier."),
-    "disk_refused": ("setllm_document_cache_disk_refused", "Files of the disk tier the replica refused (damaged, foreign) and computed again."),
-    "disk_entries": ("setllm_document_cache_disk_entries", "Files of the disk tier the replica knows of (its writes and reads, and the folder at its start)."),
-    "in_flight": ("setllm_requests_in_flight", "HTTP requests the replica was answering."),
-    "queued": ("setllm_queue_depth", "Requests waiting for the replica's model."),
-}
+# replica stat -> (metric, help): the document cache's gauges (derived from its stats type), then the replica's load
+REPLICA_GAUGES = {**gauges(disk=True),
+                  "in_flight": ("setllm_requests_in_flight", "HTTP requests the replica was answering."),
+                  "queued": ("setllm_queue_depth", "Requests waiting for the replica's model.")}
 RETRIES = 2  # a request whose replica died goes to another replica at most this many times more
 DROPPED = "the replica answering this request stopped; retry it"
 STOPPED = "server stopped before this request finished"  # the single server's words on a forced stop
@@ -243,7 +235,7 @@ class Ingress:
         for stat, (name, help_) in REPLICA_GAUGES.items():
             rows = [(r, s[stat]) for r, s in sorted(self.replicas.items()) if stat in s]
             if rows:
-                lines += [*_header(name, "gauge", help_ + " As of its latest answer."),
+                lines += [*_header(name, "gauge", help_ + " Per replica, as of its latest answer."),
                           *(f'{name}{{replica="{_esc(r)}"}} {_num(v)}' for r, v in rows)]
         return text + "\n".join(lines) + "\n"
 

@@ -62,11 +62,8 @@ class EngineReplica:
         """What ``/metrics`` of the endpoint shows for this replica."""
         s = self.service
         out = {"in_flight": s.in_flight, "queued": s.batcher.queued}
-        if s.documents is not None:
-            c = s.documents.stats()
-            out |= {"hits": c.hits, "misses": c.misses, "evictions": c.evictions, "bytes": c.bytes, "max_bytes": c.max_bytes, "entries": c.entries}
-            if s.documents.disk is not None:  # --cache-dir: the tier every replica shares
-                out |= {"disk_hits": c.disk_hits, "disk_writes": c.disk_writes, "disk_refused": c.disk_refused, "disk_entries": c.disk_entries}
+        if s.documents is not None:  # with --cache-dir, the tier every replica shares too
+            out |= s.documents.stats().gauged(s.documents.disk is not None)
         return out
 
     async def __del__(self):
