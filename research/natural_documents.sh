@@ -8,7 +8,7 @@
 #                                           documents) and the training mix (train family + key-value rows)
 #   research/natural_documents.sh train     the sbp documents adapter continued on the mix, in the background
 #                                           safe (checkpoints every 10 steps; --resume picks them up)
-#   research/natural_documents.sh eval      every reading on the seed-0 sets, the core ones on seed 1 (ALL_SEEDS=1: all)
+#   research/natural_documents.sh eval      the core readings on every set, the others on held-out seed 0 (ALL=1: everywhere)
 #   research/natural_documents.sh candidate the retrained adapter (fp32, as trained) on every held-out set
 #   research/natural_documents.sh ship      it in bf16 as the shipped sbp documents adapter (the previous one kept)
 #   research/natural_documents.sh kv        the key-value held-out lists, read by the default
@@ -103,11 +103,12 @@ natural() {  # natural NAME FILE: the retrained adapter, once it is there
 
 eval_all() {
   local f s
-  for f in held-out held-out-2; do core "$D/$f-k8-s0.jsonl"; others "$D/$f-k8-s0.jsonl"; done
+  for f in held-out held-out-2; do core "$D/$f-k8-s0.jsonl"; done
+  others "$D/held-out-k8-s0.jsonl"
   for f in held-out held-out-2; do core "$D/$f-k8-s1.jsonl"; done
   core tests/fixtures/data/handwritten_worlds.jsonl   # two worlds written by hand, as a user writes
-  others tests/fixtures/data/handwritten_worlds.jsonl
-  [ -n "${ALL_SEEDS:-}" ] && for f in held-out held-out-2; do others "$D/$f-k8-s1.jsonl"; done
+  # ALL=1: the other candidates on every set too (on a loaded 2-core CPU: seed 0 of held-out only)
+  [ -n "${ALL:-}" ] && for f in "$D"/held-out*-k8-s*.jsonl tests/fixtures/data/handwritten_worlds.jsonl; do others "$f"; done
   return 0
 }
 
