@@ -135,3 +135,17 @@ def test_steps_run_ahead_of_the_host_without_changing_any_text(lm, monkeypatch, 
     assert {cfg.max_new_tokens: lm.generate_many(prompts, cfg) for cfg in configs} == looked
     assert [lm.generate_many(prompts, cfg) for cfg in stops] == stopped
     assert steps  # the steps did run through the chunked loop
+
+
+def test_sampling_survives_a_tiny_temperature_and_a_tiny_top_p():
+    """A top_p below float32's smallest number keeps the likeliest token (it used to drop every
+    token), a temperature that overflows the scaled logits samples the likeliest one (it used to
+    give NaN), and an empty stop string is refused (it ended every answer before it began)."""
+    from setllm.core.generation import sample
+    from setllm.errors import InputError
+
+    logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, -1.0, 0.0]])
+    for config in (GenerationConfig(temperature=1.0, top_p=5e-324), GenerationConfig(temperature=1e-38)):
+        assert sample(logits, config, torch.Generator().manual_seed(0)).tolist() == [1, 0]
+    with pytest.raises(InputError, match="stop strings must be non-empty"):
+        GenerationConfig(stop=["\n", ""])

@@ -24,11 +24,17 @@ def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gene
     """Next token ids ``[B]`` from logits ``[B, V]``."""
     if config.temperature == 0:
         return logits.argmax(-1)
-    probs = (logits.float() / config.temperature).softmax(-1)
+    scaled = logits.float() / config.temperature
+    if torch.isposinf(scaled).any():  # a tiny temperature: the largest logit taken off first, so
+        # the others go to -inf and it stays finite (inf - inf is NaN in softmax)
+        scaled = (logits.float() - logits.float().amax(-1, keepdim=True)) / config.temperature
+    probs = scaled.softmax(-1)
     if config.top_p < 1:
         sorted_p, idx = probs.sort(-1, descending=True)
-        # Drop a token once the mass before it already reaches top_p (the first always stays).
+        # Drop a token once the mass before it already reaches top_p; the first always stays
+        # (a top_p below float32's smallest number would otherwise drop it too).
         drop = sorted_p.cumsum(-1) - sorted_p >= config.top_p
+        drop[..., 0] = False
         probs = probs.scatter(-1, idx, sorted_p.masked_fill(drop, 0.0))
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
 

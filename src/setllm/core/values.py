@@ -32,6 +32,8 @@ class GenerationConfig:
         if isinstance(self.stop, str):
             raise InputError("stop must be a list of strings, e.g. stop=[\"\\n\"]")
         self.stop = list(self.stop)
+        if "" in self.stop:  # the empty string is at every place: it would stop before the first token
+            raise InputError("stop strings must be non-empty (an empty one would end every answer before it starts)")
         if self.max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
