@@ -177,8 +177,9 @@ TOOL = {"messages": SAY, "max_tokens": 200, "tool_choice": "required",
 
 
 @pytest.mark.parametrize("body", [STRUCTURED, TOOL], ids=["structured", "tool"])
-def test_structured_and_tool_requests_keep_the_queue_bound_and_the_deadline(fresh_lm, body):
+def test_structured_and_tool_requests_keep_the_queue_bound_and_the_deadline(body):
     pytest.importorskip("llguidance")
+    fresh_lm = SetLLM(tiny_model("llama", max_position_embeddings=1024), tiny_tokenizer(), "setmask-setpe")  # room for the tool shown
     app = create_app(fresh_lm, ServeConfig(max_queue=1, max_batch_size=1, batch_window_ms=0))
     with slow_forwards(fresh_lm, 0.01):
         codes = sorted(r.status_code for r in concurrently(app, [("/v1/chat/completions", {**body, "max_tokens": 4})] * 4))
