@@ -169,6 +169,28 @@ def test_a_slow_request_gets_504_and_frees_the_model(fresh_lm):
             assert client.post("/v1/choose", json=CHOOSE).status_code == 504
 
 
+LONG = {"type": "object", "properties": {"text": {"type": "string", "minLength": 150}}, "required": ["text"]}  # ~10 s on a slowed model
+SAY = [{"role": "user", "content": "Say:"}]
+STRUCTURED = {"messages": SAY, "max_tokens": 200, "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": LONG}}}
+TOOL = {"messages": SAY, "max_tokens": 200, "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "say", "parameters": LONG}}]}
+
+
+@pytest.mark.parametrize("body", [STRUCTURED, TOOL], ids=["structured", "tool"])
+def test_structured_and_tool_requests_keep_the_queue_bound_and_the_deadline(body):
+    pytest.importorskip("llguidance")
+    fresh_lm = SetLLM(tiny_model("llama", max_position_embeddings=1024), tiny_tokenizer(), "setmask-setpe")  # room for the tool shown
+    app = create_app(fresh_lm, ServeConfig(max_queue=1, max_batch_size=1, batch_window_ms=0))
+    with slow_forwards(fresh_lm, 0.01):
+        codes = sorted(r.status_code for r in concurrently(app, [("/v1/chat/completions", {**body, "max_tokens": 4})] * 4))
+    assert 200 in codes and 503 in codes and set(codes) <= {200, 503}
+    with serving(fresh_lm, timeout_s=0.3) as client, slow_forwards(fresh_lm, 0.05):
+        start = time.monotonic()
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 504 and "request took longer than 0.3 s (--timeout-s)" in r.text
+        assert time.monotonic() - start < 3  # not the ~10 s the reading takes whole
+
+
 def test_a_bug_fails_only_its_request(lm, monkeypatch):
     from setllm.serve.engine import Engine
 

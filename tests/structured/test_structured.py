@@ -157,6 +157,17 @@ def test_a_tool_call_is_order_free(lm):
     assert named.name == "weight" and named.answer.text == f'{{"name":"weight","arguments":{named.arguments}}}'
 
 
+def test_every_token_of_a_call_counts_against_max_new_tokens(lm):
+    whole = lm.call_tool(PROMPT, TOOLS, "required", max_new_tokens=64)
+    assert whole.answer.finish_reason == "stop" and len(whole.answer.token_ids) <= 64
+    for budget in (1, 5, 12, len(whole.answer.token_ids) - 1):  # the head alone is more than the first two (the tiny tokenizer's bytes)
+        cut = lm.call_tool(PROMPT, TOOLS, "required", max_new_tokens=budget)
+        assert cut.name == whole.name and cut.answer.finish_reason == "length" and len(cut.answer.token_ids) <= budget
+        assert whole.answer.token_ids[: len(cut.answer.token_ids)] == cut.answer.token_ids  # the same call, cut
+    exact = lm.call_tool(PROMPT, TOOLS, "required", max_new_tokens=len(whole.answer.token_ids))
+    assert exact.answer == whole.answer  # a budget that holds the call exactly writes it whole
+
+
 def _schemas():
     """A bounded family of schemas: objects of enums, consts, booleans, bounded numbers and
     strings, nullable values, arrays and nested objects."""

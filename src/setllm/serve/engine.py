@@ -78,6 +78,16 @@ class GenerateJob:
 
 
 @dataclass(frozen=True)
+class CallJob:
+    """``run(lm)`` on the model of ``model``, alone: a reading the library composes itself (a
+    structured answer, a tool call) queued, bounded by the deadline and cancelled as the
+    other jobs are (each forward it makes checks its stop reason: :func:`install_checks`)."""
+
+    run: Callable[[Any], Any]
+    model: str = "main"
+
+
+@dataclass(frozen=True)
 class Scores:
     scores: list[scoring.TokenScore]  # one per option, the request's order
     prompt_tokens: int
@@ -115,7 +125,7 @@ class Item(Protocol):
     server stopping) before or while it runs; ``notes``: the request's (:mod:`.warned`: what
     setllm warns about while preparing or running it goes back with the request)."""
 
-    job: ScoreJob | GenerateJob
+    job: ScoreJob | GenerateJob | JudgeJob | CallJob
     notes: warned.Notes | None
 
     def stop_reason(self) -> ApiError | None: ...
@@ -227,6 +237,9 @@ class Engine:
                     results = self._generate(live[0], job, items[live[0].index])
                 elif isinstance(job, JudgeJob):
                     results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
+                elif isinstance(job, CallJob):
+                    self.on_forward(1)
+                    results = [job.run(self.lm)]
                 else:
                     results = self.score_group(live)
             yield from zip(live, results)
@@ -250,8 +263,8 @@ class Engine:
         return err
 
     # -- preparing: everything that can be the request's own fault --------------------------
-    def prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob, limit: bool = True) -> _Prepared:
-        if isinstance(job, JudgeJob):  # its asks are prepared as it runs (_score_asks)
+    def prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob | CallJob, limit: bool = True) -> _Prepared:
+        if isinstance(job, (JudgeJob, CallJob)):  # prepared as it runs (a judge's asks: _score_asks; a call: the library's)
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         limit = self.max_prompt_tokens if limit else None
         if isinstance(job, GenerateJob):

@@ -27,7 +27,7 @@ from ..readouts import get_readout, trained_readout
 from .batch_check import BatchingCheck
 from .batcher import Batcher
 from .config import ServeConfig
-from .engine import Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
+from .engine import CallJob, Engine, Engines, Generated, GenerateJob, JudgeJob, ScoreJob, Scores
 from .errors import BadRequest, NotFound, QueueFull
 from .metrics import Metrics
 
@@ -238,6 +238,12 @@ class Service:
             raise BadRequest(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
                                 f"got {config.max_new_tokens}")
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
+
+    async def call(self, run: Callable[[Any], Any], adapter: str | None = None) -> Any:
+        """``run(lm)`` on the model thread, queued as every job is (``--max-queue``, ``--timeout-s``,
+        dropped or stopped when its client leaves): a reading the library composes itself, such as
+        a structured answer or a tool call (:mod:`.structured`, :mod:`.tools`)."""
+        return await self.batcher.submit(CallJob(run, self.engine_key(adapter)))
 
     async def generate_all(self, prompts: Sequence[SetPrompt | tuple[int, ...]], *args: Any, using=None, **kwargs: Any) -> list[Generated]:
         """:meth:`generate` (or ``using``, a route's structured answer) for each prompt of one

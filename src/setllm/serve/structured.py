@@ -11,9 +11,7 @@ request that asks for structure gets it, or a 400 that says why.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,28 +123,21 @@ def as_content(segments: list) -> str:
 
 async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: GenerationConfig, field: str, adapter: str | None,
                  stream: Callable[[Any], None] | None = None) -> Out:
-    """The structured answer, computed off the event loop; ``stream``: a sink of its pieces
-    (:mod:`.streaming`). A client that leaves stops it at its next piece."""
+    """The structured answer, computed on the model thread behind the service's queue
+    (:meth:`setllm.serve.service.Service.call`: its limit, deadline and cancellation);
+    ``stream``: a sink of its pieces (:mod:`.streaming`)."""
+    within_limit(service, config, field)
+    if isinstance(prompt, tuple):
+        raise BadRequest("structured outputs need a text prompt, not token ids")
+    plan(constraint, service.engines.get(service.engine_key(adapter)).lm.exact)  # one the engine cannot compile: a 400, before a stream starts
+    if stream is not None:
+        stream(Started(""))
+    out = await service.call(lambda lm: lm.generate_structured(prompt, constraint, config, False, stream), adapter)
+    return Out(out.text, len(out.token_ids), out.prompt_tokens, out.finish_reason)
+
+
+def within_limit(service, config: GenerationConfig, field: str) -> None:
+    """A request for more tokens than ``--max-generate-tokens`` allows is refused before it queues."""
     if config.max_new_tokens > service.config.max_generate_tokens:
         raise Unprocessable(f"{field}: at most {service.config.max_generate_tokens} on this server (--max-generate-tokens), "
                             f"got {config.max_new_tokens}")
-    lm = service.engines.get(service.engine_key(adapter)).lm
-    left = threading.Event()
-
-    def piece(text: str) -> None:
-        if left.is_set():
-            raise asyncio.CancelledError
-        if stream is not None:
-            stream(text)
-
-    if isinstance(prompt, tuple):
-        raise BadRequest("structured outputs need a text prompt, not token ids")
-    plan(constraint, lm.exact)  # a constraint the engine cannot compile is a 400, before a stream starts
-    if stream is not None:
-        stream(Started(""))
-    try:
-        out = await asyncio.to_thread(lm.generate_structured, prompt, constraint, config, False, piece)
-    except asyncio.CancelledError:
-        left.set()
-        raise
-    return Out(out.text, len(out.token_ids), out.prompt_tokens, out.finish_reason)

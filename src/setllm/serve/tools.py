@@ -7,7 +7,6 @@ the chat template takes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from ..structured import SchemaError
 from ..structured import toolset as calls
 from .errors import BadRequest
 from .streaming import Chunks, Started
-from .structured import Out, as_content
+from .structured import Out, as_content, within_limit
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,6 @@ async def answer(service, prompt, config: GenerationConfig, field: str, adapter:
                  *, offer: Offered, text: Callable) -> Out:
     """A call (``tool_calls`` set, ``finish_reason`` ``tool_calls``), or where ``auto`` answers
     with text, ``text``'s answer (the route's own generation)."""
-    lm = service.engines.get(service.engine_key(adapter)).lm
     call_id = f"call_{uuid.uuid4().hex[:24]}"
 
     def on_call(name: str) -> None:
@@ -96,7 +94,8 @@ async def answer(service, prompt, config: GenerationConfig, field: str, adapter:
 
     made = None
     if offer.choice != "none":
-        made = await asyncio.to_thread(lm.call_tool, prompt, offer.tools, offer.choice, config, on_call, stream, False)
+        within_limit(service, config, field)
+        made = await service.call(lambda lm: lm.call_tool(prompt, offer.tools, offer.choice, config, on_call, stream, False), adapter)
     if made is None:
         return await text(prompt, config, field, adapter=adapter, stream=stream)
     finish = "tool_calls" if made.answer.finish_reason == "stop" else "length"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -48,21 +49,30 @@ def call(reader, prompt: EncodedPrompt, tools: Sequence[Tool], choice: str, conf
 
 
 def which(reader, prompt: EncodedPrompt, tools: Sequence[Tool], choice: str, config: GenerationConfig) -> Answer | None:
-    """The call's head, ``{"name":"<tool>"``, or None where ``auto`` decides to answer with text."""
+    """The call's head, ``{"name":"<tool>"``, or None where ``auto`` decides to answer with text.
+    It is written whole (the name is decided by scoring, not cut): :func:`arguments` counts its
+    tokens against ``max_new_tokens``."""
     if choice == "auto" and not _calls(reader, prompt):
         return None
     names = [t.name for t in tools] if choice in ("auto", "required") else [choice]
-    return run(reader, prompt, Plan((Text(OPENING), _name_step(names)), False), config)
+    return run(reader, prompt, Plan((Text(OPENING), _name_step(names)), False), replace(config, max_new_tokens=sys.maxsize))
 
 
 def arguments(reader, prompt: EncodedPrompt, tools: Sequence[Tool], head: Answer, config: GenerationConfig,
               on_piece: Callable[[str], None] | None = None) -> Call:
-    """The call after its ``head``: the arguments under the grammar of that tool's parameters."""
+    """The call after its ``head``: the arguments under the grammar of that tool's parameters.
+    Every token of the call counts against ``max_new_tokens`` (as OpenAI counts a call's): the
+    head, ``,"arguments":`` and the closing ``}``; a call they leave no room for is cut there
+    (``finish_reason`` ``length``, no arguments)."""
     tool = next(t for t in tools if t.name == name_of(head.text))
-    ids = head.token_ids + text_ids(reader, ARGUMENTS)
-    left = replace(config, max_new_tokens=max(config.max_new_tokens - len(ids), 1))
-    args = run(reader, prefix(prompt, ids), plan(spec(tool.parameters), reader.exact), left, on_piece)
-    whole = Answer(f"{head.text}{ARGUMENTS}{args.text}}}", ids + args.token_ids + text_ids(reader, "}"), args.finish_reason, len(prompt))
+    ids, closing = head.token_ids + text_ids(reader, ARGUMENTS), text_ids(reader, "}")
+    left = config.max_new_tokens - len(ids) - len(closing)
+    if left < 1:
+        cut = ids[: config.max_new_tokens]
+        return Call(tool.name, "", Answer(reader.tokenizer.decode(cut, skip_special_tokens=True), cut, "length", len(prompt)))
+    args = run(reader, prefix(prompt, ids), plan(spec(tool.parameters), reader.exact), replace(config, max_new_tokens=left), on_piece)
+    done = args.finish_reason == "stop"  # a call cut short is not closed
+    whole = Answer(f"{head.text}{ARGUMENTS}{args.text}{'}' if done else ''}", ids + args.token_ids + (closing if done else []), args.finish_reason, len(prompt))
     return Call(tool.name, args.text, whole)
 
 
