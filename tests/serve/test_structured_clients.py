@@ -205,3 +205,12 @@ def test_responses_tools_run_and_stream(client):
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
     assert after.output[0].type == "message"
+
+
+def test_a_malformed_tool_call_in_the_history_is_a_400(url):
+    """What the fuzzer sent: an assistant's tool call without its function (it was a 500)."""
+    import httpx
+
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "c1"}]}]
+    got = httpx.post(f"{url}/v1/chat/completions", json={"model": "setllm", "messages": messages, "max_tokens": 2}, timeout=60)
+    assert got.status_code == 400 and "tool_calls[0]" in got.json()["error"]["message"]

@@ -64,6 +64,7 @@ def as_template(messages: list[dict]) -> list[dict]:
         if isinstance(content, list):
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         if m.get("tool_calls"):
+            _check_calls(m["tool_calls"])
             # as the call was written (its arguments' text as sent: a call cut short by its tokens too)
             content = "\n".join(f'{calls.OPENING}{json.dumps(c["function"]["name"])}{calls.ARGUMENTS}{c["function"].get("arguments") or "{}"}}}'
                                 for c in m["tool_calls"])
@@ -195,3 +196,14 @@ class ResponseToolEvents(Chunks):
 
     def tail(self, outs: list) -> list[bytes]:
         return self.events.tail(outs)
+
+
+def _check_calls(tool_calls) -> None:
+    """An assistant's ``tool_calls`` as OpenAI writes them (each ``{"function": {"name", "arguments"}}``),
+    else a 400 naming the call: a client's malformed history is its error, never a 500."""
+    for i, c in enumerate(tool_calls):
+        function = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or \
+                not isinstance(function.get("arguments", ""), (str, type(None))):
+            raise BadRequest(f"tool_calls[{i}]: a call is {{\"function\": {{\"name\": str, \"arguments\": str}}}}")
+
