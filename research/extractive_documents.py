@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -62,14 +63,14 @@ def main() -> None:
     acc = 100.0 * sum(row["correct"][0] for _, row in answered) / len(answered)
     said = [row["said"] for row in rows if row.get("answerable") is False]
     fm = docs.failure_modes([(r, row["generated"][0]) for r, row in answered])
+    held = round(100.0 * sum(row["holds"][0] for _, row in answered) / len(answered), 4)  # one run per row: single = random
     summary = {"n": len(answered), "variant": lm.variant.name, "adapter": args.adapter, "one_run_per_question": lm.variant.invariant,
                "accuracy_by_gold_position": {"*": round(acc, 4)}, "gold_position_mean": round(acc, 4),
-               "answer_in_text": {"single": round(100.0 * sum(row["holds"][0] for _, row in answered) / len(answered), 4),
-                                  "random": round(100.0 * sum(row["holds"][0] for _, row in answered) / len(answered), 4)},
+               "answer_in_text": {"single": held, "random": held},
                "failure_modes": {"by_gold_position": {"*": fm}, "mean": fm},
                "unanswerable": {"n": len(said), **{k: said.count(k) for k in ("empty", "abstains", "from_a_document", "other")}},
                "max_words": args.max_words, "wall_time_s": round(time.perf_counter() - started, 3),
-               "command": "python research/extractive_documents.py " + " ".join(re.sub(r"\s", " ", a) for a in __import__("sys").argv[1:])}
+               "command": shlex.join(["python", "research/extractive_documents.py", *sys.argv[1:]])}
     (args.out / "predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{args.data.name}: exact {acc:.1f}%, in text {summary['answer_in_text']['random']:.1f}%, {fm}, {summary['wall_time_s']} s")
