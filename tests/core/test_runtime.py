@@ -32,7 +32,8 @@ def test_a_row_gets_the_same_bits_among_any_number_of_rows(arch, batched, monkey
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("inputs,outputs", [(1536, 576), (576, 1536), (576, 576)])  # the embedded model's widths
+# the embedded model's widths, and the narrow ones of the tests' tiny models (a half of 8 columns ran other bits)
+@pytest.mark.parametrize("inputs,outputs", [(1536, 576), (576, 1536), (576, 576), (576, 192), (32, 16), (32, 8), (16, 32)])
 def test_a_lone_block_gets_the_bits_it_gets_among_blocks(threads, inputs, outputs):
     # At 2 threads the CPU's batched product of ONE block with 1,536 inputs (the embedded
     # model's down_proj) splits its sum over the threads; among several blocks each block

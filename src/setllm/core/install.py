@@ -155,6 +155,10 @@ def _planned_forward(layer, x):
 # GPU's batched GEMM may pick its kernel (split-K) by the batch count, so it joins this set
 # only where benchmarks/gpu_check.py (``batched_blocks``) shows the bits hold.
 BATCHED_BLOCKS = {"cpu"}
+# A lone block's halves of output columns (batched_product) come in whole multiples of this:
+# a BLAS's kernels are 8 or 16 floats wide, so a half of a multiple of 32 is computed, column
+# for column, by the kernel the whole width is (every width of SmolLM2 and Gemma 3 halves so).
+HALF_COLUMNS = 32
 
 
 def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
@@ -182,11 +186,15 @@ def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
     threads, 1,536 inputs). So a lone block is read as a batch of two: its output's two halves
     of columns (:func:`_halves`), each a product of the whole sum on one thread, which is the
     product each block of a batch gets, column for column (measured bit-identical at every
-    width of the embedded model; tested), at the work of one block; a layer of an odd width
+    width of the embedded model; tested), at the work of one block; a layer of another width
     reads the same block twice. On one thread the lone block runs the very kernel each block
-    of a batch does (measured and tested alike): read as it is."""
+    of a batch does (measured and tested alike): read as it is.
+
+    A half narrower than :data:`HALF_COLUMNS` would run another kernel than the whole width
+    does (measured: 16 outputs, halves of 8, differ in the last bits on an AMD EPYC), so such a
+    layer reads the same block twice too."""
     if blocks.shape[0] == 1 and torch.get_num_threads() > 1:
-        if _width(layer) % 2 == 0:
+        if _width(layer) % (2 * HALF_COLUMNS) == 0:
             return _halves(layer, blocks)
         blocks = blocks.expand(2, -1, -1)
         return _plain_batched(layer, blocks)[:1]

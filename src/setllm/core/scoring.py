@@ -22,7 +22,8 @@ differences when rows move). So:
   that one shape (measured here, at 1 and 2 threads: every block of batches of 2 to 40
   bit-identical); a batch of one block is not (at 2 threads, 1,536 inputs, the library splits
   the one product's sum over the threads), so on more than one thread a lone block is read as
-  a batch of its two halves of output columns (:func:`setllm.core.install.batched_product`; on
+  a batch of its two halves of output columns, a narrow layer's as two copies of it
+  (:func:`setllm.core.install.batched_product`; on
   one thread a lone block runs the kernel every block of a batch runs): a block's rows get the
   bits of the same block in any forward;
 - attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
