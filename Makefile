@@ -35,14 +35,18 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/setllm demo
 
+# Two workers, one torch thread each (two 2-thread workers on 2 cores spin against each other);
+# a file's tests stay on one worker (tests/conftest.py), the Ray files all on one.
+PYTEST := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup
+
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs
+	$(PYTEST)
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks research
 
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py

@@ -25,8 +25,8 @@ from report_io import emit  # benchmarks/, this script's folder
 
 from setllm import SetLLM, mc_prompt
 from setllm.api import default_adapter
-from setllm.core.encoding import setpe_positions
-from setllm.core.masks import TokenLayout, render_bool, variant_mask
+from setllm.core.layout.masks import TokenLayout, render_bool, variant_mask
+from setllm.core.layout.positions import setpe_positions
 from setllm.loading import load_adapter, load_model
 from setllm.tasks import get_task, load_records
 

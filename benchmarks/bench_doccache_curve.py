@@ -70,10 +70,10 @@ def joined_pieces():
 def pieces_of(lm, request) -> list:
     """The cached pieces a question reads (the store's tensors)."""
     from setllm.core import doccache
-    from setllm.core.doccache import reading
+    from setllm.core.doccache import driver
 
     store, key = doccache.for_reading(lm.model), doccache.reading_key(lm.model, lm.tokenizer, lm.variant)
-    [(parts, _)] = reading._piece_lists(lm.model, lm.variant, [(request.prompt, None)], store, key)
+    [(parts, _)] = driver._piece_lists(lm.model, lm.variant, [(request.prompt, None)], store, key)
     return parts
 
 
@@ -119,17 +119,19 @@ def point(lm, n: int, args, before=None) -> dict:
 
 
 def reading_at(ref: str):
-    """The documents reading (``doccache/reading.py``) of commit ``ref``, as a module beside this one."""
+    """The document cache's driver (``doccache/driver.py``) of commit ``ref``, as a module beside
+    this one (a commit since ``core/`` took its subpackages: the module's relative imports
+    must resolve here)."""
     import importlib.util
     import subprocess
 
-    source = subprocess.run(["git", "show", f"{ref}:src/setllm/core/doccache/reading.py"], capture_output=True, text=True, check=True,
+    source = subprocess.run(["git", "show", f"{ref}:src/setllm/core/doccache/driver.py"], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).parents[1]).stdout
-    spec = importlib.util.spec_from_loader("setllm.core.doccache.reading_before", loader=None)
+    spec = importlib.util.spec_from_loader("setllm.core.doccache.driver_before", loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "setllm.core.doccache"
     sys.modules[spec.name] = module  # its dataclasses look their module up
-    exec(compile(source, f"{ref}:reading.py", "exec"), module.__dict__)
+    exec(compile(source, f"{ref}:driver.py", "exec"), module.__dict__)
     return module
 
 
@@ -183,12 +185,13 @@ def ops(narrow, n: int, args) -> dict:
 def as_on_a_gpu():
     """The code paths a CUDA device takes, on this CPU: 512-row blocks each its own product,
     the question's pieces joined per layer, one attention call."""
-    from setllm.core import install, scoring
-    from setllm.core.doccache import attention, reading
+    from setllm.core.doccache import attention, driver
+    from setllm.core.forward import scoring
+    from setllm.core.model import install
 
-    saved = (dict(scoring.DEVICE_MATMUL_ROWS), set(install.BATCHED_BLOCKS), set(attention.PER_PIECE), dict(reading.QUESTION_ROWS))
+    saved = (dict(scoring.DEVICE_MATMUL_ROWS), set(install.BATCHED_BLOCKS), set(attention.PER_PIECE), dict(driver.QUESTION_ROWS))
     scoring.DEVICE_MATMUL_ROWS["cpu"] = scoring.DEVICE_MATMUL_ROWS["cuda"]
-    for s in (install.BATCHED_BLOCKS, attention.PER_PIECE, reading.QUESTION_ROWS):
+    for s in (install.BATCHED_BLOCKS, attention.PER_PIECE, driver.QUESTION_ROWS):
         s.clear()
     try:
         yield
@@ -196,7 +199,7 @@ def as_on_a_gpu():
         scoring.DEVICE_MATMUL_ROWS.update(saved[0])
         install.BATCHED_BLOCKS.update(saved[1])
         attention.PER_PIECE.update(saved[2])
-        reading.QUESTION_ROWS.update(saved[3])
+        driver.QUESTION_ROWS.update(saved[3])
 
 
 def gpu_prediction(p: dict, lm, args) -> dict:
@@ -219,27 +222,27 @@ def gpu_prediction(p: dict, lm, args) -> dict:
 
 def rows(lm, args) -> list[dict]:
     """Warm questions under each row block, side by side: one question and four."""
-    from setllm.core.doccache import reading
+    from setllm.core.doccache import driver
 
     docs = documents(max(args.docs[0], 8), 0, args.words)
     lm.cache_documents(args.cache_mb)
     one = [lm.score_request(prompt(docs), OPTIONS)]
     four = [lm.score_request(["Documents:\n", prompt(docs)[1], f"Question: what is the code of record {q}?\nAnswer:"], OPTIONS) for q in range(4)]
     lm.score_encoded(four)
-    saved, out = reading.QUESTION_ROWS["cpu"], []
+    saved, out = driver.QUESTION_ROWS["cpu"], []
     try:
         times = {(r, len(b)): [] for r in (16, 32, 64) for b in (one, four)}
         for _ in range(args.repeats):
             for r, n in times:
-                reading.QUESTION_ROWS["cpu"] = r
+                driver.QUESTION_ROWS["cpu"] = r
                 start = time.perf_counter()
                 lm.score_encoded(one if n == 1 else four)
                 times[(r, n)].append(time.perf_counter() - start)
         for (r, n), ts in times.items():
-            tail = sum(len(reading._Pieces.of(q.prompt).suffix) + sum(len(o) - 1 for o in q.options) for q in (one if n == 1 else four))
+            tail = sum(len(driver._Pieces.of(q.prompt).suffix) + sum(len(o) - 1 for o in q.options) for q in (one if n == 1 else four))
             out.append({"rows": r, "questions": n, "tokens": tail, "padded_to": -(-tail // r) * r, "median_s": statistics.median(ts)})
     finally:
-        reading.QUESTION_ROWS["cpu"] = saved
+        driver.QUESTION_ROWS["cpu"] = saved
     return out
 
 
@@ -299,7 +302,7 @@ def main() -> int:
     p.add_argument("--cache-mb", type=float, default=2048, help="the memory cache's bound (200 documents need about 1,500 MB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--rows", action="store_true", help="also the question's row blocks, side by side")
-    p.add_argument("--before", default=None, metavar="REF", help="also the warm question read by commit REF's doccache/reading.py, side by side")
+    p.add_argument("--before", default=None, metavar="REF", help="also the warm question read by commit REF's doccache/driver.py, side by side")
     p.add_argument("--skip-ops", action="store_true", help="no op counts or GPU prediction")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="also where a warm question over N documents spends its time")
     p.add_argument("--gpu-op-us", type=float, default=5.0, help="a GPU's host time per dispatched op (eager PyTorch: about 5 us)")

@@ -89,7 +89,7 @@ def timing(args) -> dict:
 
 
 def head_blocks(args) -> dict:
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     lm = SetLLM.from_pretrained(args.model, adapter=None, variant="setmask-setpe", batch_size=8, progress=False)
     prompts, options = questions(args.dataset, args.data_dir, args.n, args.subset_seed)

@@ -1,4 +1,4 @@
-"""What the fixed shapes of `setllm.core.scoring.score_requests` cost and buy, side by side in one run.
+"""What the fixed shapes of `setllm.core.forward.scoring.score_requests` cost and buy, side by side in one run.
 
 Eight different multiple-choice questions (those of bench_serve.py) on the embedded model,
 scored three ways, each repeated and the median taken:
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_serve import QUESTIONS  # noqa: E402
 
 from setllm import SetLLM, mc_prompt  # noqa: E402
-from setllm.core import scoring
+from setllm.core.forward import scoring
 
 
 def timed(fn, repeats: int) -> float:

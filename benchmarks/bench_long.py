@@ -46,8 +46,8 @@ def measure(length: int, backend: str, variant: str, doc_tokens: int, repeats: i
     import torch
 
     from setllm import SetLLM
-    from setllm.core.batch import collate
-    from setllm.core.scoring import prefill
+    from setllm.core.forward.scoring import prefill
+    from setllm.core.tokens.batch import collate
     from setllm.evaluation.resources import peak_memory_mb, reset_peak_memory
     from setllm.loading import load_model
 

@@ -4,8 +4,8 @@ On a GPU a short forward costs what its kernel launches cost, so the number of o
 dispatches is close to its time there; the count is the same on any machine. Each call is
 counted once after a warm-up run of the same call:
 
-- setllm: :func:`setllm.core.scoring.score_requests` (the driver every surface calls),
-  ``setmask-setpe``; decoding: one :func:`setllm.core.generation.decode_one_token`;
+- setllm: :func:`setllm.core.forward.scoring.score_requests` (the driver every surface calls),
+  ``setmask-setpe``; decoding: one :func:`setllm.core.forward.generation.decode_one_token`;
 - plain transformers: the same options scored as lm-eval's ``--model hf`` does (one row of
   context + option per option, one padded forward, the option tokens' log-probs); decoding:
   one cached forward of a token with the batch's 2D attention mask, as ``generate`` runs it.
@@ -110,7 +110,7 @@ def prompts(lm, batch: int, long: bool):
 
 
 def setllm_score(lm, ps):
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     reqs = [scoring.ScoreRequest(lm.encode(p), [lm.response_ids(p, o) for o in OPTIONS]) for p in ps]
     return lambda: scoring.score_requests(lm.model, lm.variant, lm.pad_id, reqs)
@@ -139,7 +139,7 @@ def plain_score(lm, ps):
 def plain_cached(lm, ps):
     """Plain transformers reading each prompt causally once, then each option on its cache (the
     cheaper way after a long prompt, as ``benchmarks/gpu_check.py`` compares long sets)."""
-    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.model.kvcache import cache_kwarg, new_cache, truncate_cache
 
     ctx = [lm.encode(p).input_ids for p in ps]
     options = [[lm.response_ids(p, o) for o in OPTIONS] for p in ps]
@@ -164,8 +164,9 @@ def plain_cached(lm, ps):
 
 def setllm_decode(lm, ps):
     """One decoding step after the prompts' prefill (the prefill not counted)."""
-    from setllm.core import generation, kvcache, scoring
-    from setllm.core.batch import collate
+    from setllm.core.forward import generation, scoring
+    from setllm.core.model import kvcache
+    from setllm.core.tokens.batch import collate
 
     batch = collate([lm.encode(p) for p in ps], lm.variant.positions, lm.pad_id)
     cache, logprobs = scoring.prefill(lm.model, lm.variant, batch)
@@ -181,7 +182,7 @@ def setllm_decode(lm, ps):
 
 def plain_decode(lm, ps):
     """One cached forward of a token per row, with the left-padded batch's 2D mask (as ``generate``)."""
-    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.model.kvcache import cache_kwarg, new_cache, truncate_cache
 
     ctx = [lm.encode(p).input_ids for p in ps]
     width = max(map(len, ctx))

@@ -9,7 +9,7 @@ statuses; checks that every ordering of a question got the identical answer and 
 under every load and batch size; and compares throughput at 8 clients with batching vs a
 second server with --max-batch-size 1 (target: >= 2x).
 
-Every matrix product of the server's scoring has a shape fixed by each request alone (setllm.core.scoring), so
+Every matrix product of the server's scoring has a shape fixed by each request alone (setllm.core.forward.scoring), so
 different questions of any lengths batch together with bit-identical results: with
 ``--questions 8`` the clients ask eight different questions, and the check that each question
 got one answer and one set of scores spans both servers (batched and --max-batch-size 1).

@@ -5,10 +5,10 @@ Three axes; every point is a ratio Set-LLM / base of seconds and of peak memory,
 shared machine absolute times are noise but two readings taken in turns share the noise:
 
 - length: a documents prompt (:func:`bench_long.documents_for`: K documents of ``doc_tokens``
-  tokens read as one set) of about L tokens, one prefill (:func:`setllm.core.scoring.prefill`,
+  tokens read as one set) of about L tokens, one prefill (:func:`setllm.core.forward.scoring.prefill`,
   the step every generation starts with), under sdpa with a dense mask and under flex attention
   with a BlockMask. ``attn="auto"`` switches from the first to the second at
-  :data:`setllm.core.runtime.LONG_PROMPT_TOKENS` tokens; the table marks which one it picks.
+  :data:`setllm.core.forward.runtime.LONG_PROMPT_TOKENS` tokens; the table marks which one it picks.
 - set size: the same prefill at a fixed total length, the documents split into 2 .. 64 elements.
 - model size: the SmolLM2-135M shape up to a Llama-3.2-1B shape, for three workloads on a batch
   of multiple-choice prompts (:data:`gpu_check.QUESTION`): scoring (``SetLLM.score_many``),
@@ -59,10 +59,10 @@ from gpu_check import OPTIONS, QUESTION, SHAPES, build_shape
 from report_io import emit
 
 from setllm import SetLLM, mc_prompt
-from setllm.core.batch import collate
-from setllm.core.generation import GenerationConfig
-from setllm.core.runtime import LONG_PROMPT_TOKENS, attention_implementation, use_auto_attention
-from setllm.core.scoring import prefill
+from setllm.core.forward.generation import GenerationConfig
+from setllm.core.forward.runtime import LONG_PROMPT_TOKENS, attention_implementation, use_auto_attention
+from setllm.core.forward.scoring import prefill
+from setllm.core.tokens.batch import collate
 from setllm.evaluation.resources import memory_measure, peak_memory_mb, reset_peak_memory
 
 SET, BASE = "setmask-setpe", "causal-pe"

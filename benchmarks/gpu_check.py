@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import torch
 
-from setllm.core.runtime import attention_implementation
+from setllm.core.forward.runtime import attention_implementation
 
 # name -> (model_type, config): the published shapes (Llama 3.2 1B/3B, Llama 3.1 8B, Gemma 2 2B, Gemma 3 1B).
 SHAPES = {
@@ -176,7 +176,7 @@ def build_shape(model_type: str, shape: dict, run: Run, tokenizer):
 
 def dense(model_type: str) -> str:
     """The dense-mask attention of a family: sdpa, or eager where transformers has no sdpa (Gemma 2)."""
-    from setllm.core.families import default_attention
+    from setllm.core.model.families import default_attention
 
     return default_attention(model_type, "sdpa")
 
@@ -201,9 +201,10 @@ def invariance(model, tokenizer) -> dict:
 def batched_blocks(model, most: int = 64) -> dict:
     """Whether one batched product of B row blocks gives each block the bits of the block
     multiplied alone, for B = 1..``most``, at each linear layer's shape of the first decoder
-    layer and the device's row block: where it holds, :data:`setllm.core.install.BATCHED_BLOCKS`
+    layer and the device's row block: where it holds, :data:`setllm.core.model.install.BATCHED_BLOCKS`
     may take this device type (one product per layer instead of one per block)."""
-    from setllm.core import install, scoring
+    from setllm.core.forward import scoring
+    from setllm.core.model import install
 
     rows = scoring.matmul_rows(model)
     layers = [m for m in model.model.layers[0].modules() if isinstance(m, torch.nn.Linear)]
@@ -311,7 +312,7 @@ def _long_prompt(tokenizer, length: int) -> tuple[list, int]:
 
 
 def captured(model, tokenizer, lengths: list[int] | None, run: Run) -> dict:
-    """Scoring with CUDA graphs (``cuda_graphs``, :mod:`setllm.core.graphs`) and without, each
+    """Scoring with CUDA graphs (``cuda_graphs``, :mod:`setllm.core.forward.graphs`) and without, each
     over plain transformers scoring the same options: short multiple-choice prompts at each
     batch size (lm-eval's rows, as :func:`plain_costs`), and 4 options after each long set
     (a prefill and the options on its cache, as :func:`long_set`'s base). ``same_bits``: the
@@ -320,7 +321,7 @@ def captured(model, tokenizer, lengths: list[int] | None, run: Run) -> dict:
     (``--smoke``) the graph is the eager stand-in (``graphs.EagerRunner``): its times measure
     the code path, not a graph."""
     from setllm import SetLLM, mc_prompt
-    from setllm.core import graphs
+    from setllm.core.forward import graphs
 
     runner = None if run.device.type == "cuda" else graphs.EagerRunner()
 
@@ -357,10 +358,10 @@ def captured(model, tokenizer, lengths: list[int] | None, run: Run) -> dict:
 
 def row_blocks(model, tokenizer, run: Run, sizes=(128, 256, 512)) -> dict:
     """Set-LLM scoring at each row block of the linear layers on this device (the fixed shape
-    of :mod:`setllm.core.scoring`): short prompts at each batch size and one long set (the
+    of :mod:`setllm.core.forward.scoring`): short prompts at each batch size and one long set (the
     longest ``--long`` up to 32k), beside the block the device is given now."""
     from setllm import Set, SetLLM, mc_prompt
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     lm = SetLLM(model, tokenizer, "setmask-setpe")
     doc = " ".join(["word"] * 60)
@@ -391,9 +392,9 @@ def _guarded(fn: Callable[[], dict]) -> dict:
 
 def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
     from setllm import SetLLM
-    from setllm.core import generation, scoring
-    from setllm.core.batch import collate
-    from setllm.core.runtime import prompt_length
+    from setllm.core.forward import generation, scoring
+    from setllm.core.forward.runtime import prompt_length
+    from setllm.core.tokens.batch import collate
 
     with attention_implementation(model, attn):
         lm = SetLLM(model, tokenizer, "setmask-setpe")
@@ -418,7 +419,7 @@ def _set_long(model, tokenizer, prompt, attn: str, run: Run) -> dict:
 
 def _plain_long_score(model, ids: list[int], options: list[list[int]], run: Run) -> Callable[[], list[float]]:
     """Plain transformers scoring ``options`` after ``ids``: one prefill with a cache, then each option on it."""
-    from setllm.core.kvcache import cache_kwarg, new_cache, truncate_cache
+    from setllm.core.model.kvcache import cache_kwarg, new_cache, truncate_cache
 
     x = torch.tensor([ids], device=run.device)
 
@@ -442,7 +443,7 @@ def _plain_long(model, ids: list[int], options: list[list[int]], run: Run) -> di
     (scoring); greedy decoding of 16 tokens on the prefill's cache, one forward a token, timed
     apart from the prefill (decode); ``model.generate`` for 16 tokens, EOS not allowed to stop
     it (generate)."""
-    from setllm.core.kvcache import cache_kwarg, new_cache
+    from setllm.core.model.kvcache import cache_kwarg, new_cache
 
     x = torch.tensor([ids], device=run.device)
     score = _plain_long_score(model, ids, options, run)

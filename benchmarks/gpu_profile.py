@@ -20,10 +20,10 @@ import torch
 from gpu_check import OPTIONS, QUESTION, Run, build, parse_args
 
 from setllm import Set, SetLLM, mc_prompt
-from setllm.core import flex
-from setllm.core.batch import collate
-from setllm.core.generation import GenerationConfig
-from setllm.core.runtime import attention_implementation
+from setllm.core.attention import flex
+from setllm.core.forward.generation import GenerationConfig
+from setllm.core.forward.runtime import attention_implementation
+from setllm.core.tokens.batch import collate
 
 
 def seconds(fn, repeats: int = 3) -> float:

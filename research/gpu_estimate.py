@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # r
 from report_io import emit  # noqa: E402
 
 from setllm import SetLLM  # noqa: E402
-from setllm.core.variants import VARIANTS  # noqa: E402
+from setllm.core.layout.variants import VARIANTS  # noqa: E402
 from setllm.evaluation.orderings import identity  # noqa: E402
 from setllm.tasks import get_task, load_records  # noqa: E402
 from setllm.training.collator import featurize  # noqa: E402

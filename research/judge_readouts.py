@@ -30,7 +30,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from setllm import SetLLM, readouts
-from setllm.core.variants import get_variant
+from setllm.core.layout.variants import get_variant
 from setllm.loading import AdapterInfo
 from setllm.policy import ranking
 from setllm.tasks.judge import judge_prompt, pair_row
@@ -64,7 +64,7 @@ def raw_scores(lm: SetLLM, pair: dict, orders: int, parts: set[str]) -> dict:
                 "alone": [(readouts.alone_prompt(row), list(row.candidates))],
                 "yes_no": [(readouts.verdict_prompt(row, i), [readouts.YES, readouts.NO]) for i in range(len(cands))]}
         # The instruction alone does not depend on the candidates' order: the swapped order
-        # reuses it (the same (prompt, option) computations: bit-identical, see setllm.core.scoring).
+        # reuses it (the same (prompt, option) computations: bit-identical, see setllm.core.forward.scoring).
         names = [n for n in asks if n in parts and not (n == "alone" and k == 1)]
         flat = [a for n in names for a in asks[n]]
         got = iter(lm.score_many([p for p, _ in flat], [o for _, o in flat]))
@@ -126,7 +126,7 @@ def check_same_weights(path: Path, lm: SetLLM, resuming: bool) -> None:
     adapter replaced under the same judge name must not mix with its predecessor's scores):
     ``<name>.weights`` beside them holds the fingerprint; a file older than that record is
     taken as given once, with a warning."""
-    from setllm.core.fingerprint import weights_fingerprint
+    from setllm.core.model.fingerprint import weights_fingerprint
 
     stamp, now = path.with_suffix(".weights"), weights_fingerprint(lm.model)
     if stamp.exists() and stamp.read_text().strip() != now:

@@ -19,6 +19,15 @@ import pytest
 import torch
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) a file's tests run on
+    one worker, so its module fixtures (a model, a server) are built once; the Ray files
+    share one worker, so that two Ray sessions never start side by side."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("ray" if Path(path).name.startswith("test_ray") else path))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_thread(request):
     """Tiny models run faster on one thread (thread overhead dominates their small matmuls,

@@ -3,7 +3,7 @@ the ones setllm runs.
 
 :func:`score_continuations` scores options the plain batched way: every prompt of a padded
 batch prefilled together, every option row on its prompt's cache in one padded forward.
-The live driver (:func:`setllm.core.scoring.score_requests`) packs rows into fixed shapes
+The live driver (:func:`setllm.core.forward.scoring.score_requests`) packs rows into fixed shapes
 so that a score never depends on its batch; the two agree up to float rounding, never bit
 for bit (other shapes, other kernels).
 """
@@ -14,18 +14,18 @@ from collections.abc import Sequence
 
 import torch
 
-from setllm.core.batch import Batch, continuation_layout
-from setllm.core.encoding import response_positions
-from setllm.core.generation import GenerationConfig, generate_tokens
-from setllm.core.runtime import forward
-from setllm.core.variants import Variant
+from setllm.core.forward.generation import GenerationConfig, generate_tokens
+from setllm.core.forward.runtime import forward
+from setllm.core.layout.positions import response_positions
+from setllm.core.layout.variants import Variant
+from setllm.core.tokens.batch import Batch, continuation_layout
 
 
 @torch.no_grad()
 def score_continuations(model, variant: Variant, batch: Batch, cache, next_logprobs,
                         options: Sequence[Sequence[Sequence[int]]]) -> list[list[tuple[float, int]]]:
     """Sum log-prob and length of each option's token ids, ``options[b]`` for prompt ``b``,
-    after :func:`setllm.core.scoring.prefill` gave ``cache`` and ``next_logprobs`` (the cache
+    after :func:`setllm.core.forward.scoring.prefill` gave ``cache`` and ``next_logprobs`` (the cache
     is consumed: gathered in place)."""
     logp, _, valid = token_logprobs(model, variant, batch, cache, next_logprobs, options)
     return split_rows(list(zip(logp.sum(1).tolist(), valid.sum(1).tolist())), options)

@@ -1,6 +1,6 @@
 """A SetLLM shared by threads gives what serial calls give.
 
-A computation never changes the model (setllm.core.install): views of one model run on
+A computation never changes the model (setllm.core.model.install): views of one model run on
 several threads at once; only a bank's views, which switch the shared active adapter, take
 the model's lock around each computation (setllm.sharing) and take turns. Each call below
 is the same computation on a thread as serially (same prompt, same shapes, one torch

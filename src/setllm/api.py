@@ -5,7 +5,6 @@ encoded reader beneath it (:class:`setllm.reader.Reader`). Immutable: ``with_var
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -13,8 +12,9 @@ from contextlib import AbstractContextManager
 import torch
 
 from . import structured, verbs
-from .core import doccache, generation, scoring
-from .core.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
+from .answering import AnswerMixin, DocumentsReading
+from .core.forward import generation, scoring
+from .core.text.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
 from .errors import InputError
 from .loading import Origin
 from .loading.model import load_as
@@ -22,7 +22,7 @@ from .loading.options import LoadOptions
 from .loading.plan import LoadPlan, plan_load
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
 from .policy import Choice, Verdict, verdict
-from .reader import Reader, ReadOptions, say_once
+from .reader import Reader, ReadOptions
 from .readouts import JudgeRow, candidate_scores, trained_readout
 from .structured import decode as structured_decode
 from .structured import tools as structured_tools
@@ -31,7 +31,7 @@ from .structured import toolset
 SCORING_WINDOW = 8  # batches of prompts handed to the scoring driver at once (see SetLLM.score; the lm-eval backend too)
 
 
-class SetLLM(Reader):
+class SetLLM(AnswerMixin, Reader):
     """Order-invariant prompting on a Hugging Face causal LM: the verbs a user calls (score,
     choose, judge, answer, generate), each built as a request (:mod:`setllm.verbs`) and run
     by the :class:`setllm.reader.Reader` beneath.
@@ -69,7 +69,7 @@ class SetLLM(Reader):
         writes it) restores the variant, chat mode and EOS scoring it was trained with; an
         explicit different choice is allowed with a warning. An adapter trained on another
         base model is refused unless ``allow_base_mismatch``. ``attn_implementation="auto"``:
-        sdpa, and flex attention for a prompt of :data:`setllm.core.runtime.LONG_PROMPT_TOKENS`
+        sdpa, and flex attention for a prompt of :data:`setllm.core.forward.runtime.LONG_PROMPT_TOKENS`
         tokens or more.
         """
         dtype = str(dtype).removeprefix("torch.")
@@ -92,7 +92,7 @@ class SetLLM(Reader):
         net, tok = load_as(plan)
         lm = cls(net, tok, progress=progress, **read)
         if plan.documents is not None:  # "auto" means another adapter for documents
-            object.__setattr__(lm, "_documents", _DocumentsReading(plan.documents, lm.options, progress, lm.model))
+            object.__setattr__(lm, "_documents", DocumentsReading(plan.documents, lm.options, progress, lm.model, cls))
         return lm
 
     @property
@@ -160,8 +160,8 @@ class SetLLM(Reader):
         gives that row alone (the scoring driver's shapes are fixed per request, whatever
         the batch). ``lm.choose_many([("Capital of France?", ["Paris", "Rome"]), ...])``."""
         requests = []
-        for i, (question, options, context) in enumerate(_rows(rows, "choose", ("question", "options", "context"), 2)):
-            requests.append(verbs.choose(question, options, context, _row_field(i)))  # a loop: the whitespace warning names the caller
+        for i, (question, options, context) in enumerate(verbs.rows_of(rows, "choose", ("question", "options", "context"), 2)):
+            requests.append(verbs.choose(question, options, context, verbs.row_field(i)))  # a loop: the whitespace warning names the caller
         return self._choices(requests, normalize)
 
     def _choices(self, requests: Sequence[verbs.Choose], normalize: bool, single: bool = False) -> list[Choice]:
@@ -189,8 +189,8 @@ class SetLLM(Reader):
         :meth:`judge` gives that row alone."""
         _check_tie_margin(tie_margin)
         judged = []
-        for i, (instruction, candidates, input) in enumerate(_rows(rows, "judge", ("instruction", "candidates", "input"), 2)):
-            judged.append(verbs.judge(instruction, candidates, input, _row_field(i)))
+        for i, (instruction, candidates, input) in enumerate(verbs.rows_of(rows, "judge", ("instruction", "candidates", "input"), 2)):
+            judged.append(verbs.judge(instruction, candidates, input, verbs.row_field(i)))
         return self._verdicts(judged, tie_margin, readout)
 
     def _verdicts(self, judged: Sequence[JudgeRow], tie_margin: float, readout: str | None) -> list[Verdict]:
@@ -201,55 +201,6 @@ class SetLLM(Reader):
     def _judge_scores(self, prompts: Sequence[SetPrompt], options: Sequence[Sequence[str]]) -> list[list[scoring.OptionScore]]:
         """A judge's asks scored: as :meth:`score_many`, an empty candidate included (EOS alone)."""
         return self._score_many(list(prompts), options, None, blank=True)
-
-    def answer(self, documents: Sequence[str], question: str, max_new_tokens: int = 32) -> str:
-        """Answer ``question`` from ``documents`` read as one set (greedy, up to a newline;
-        see :mod:`setllm.tasks.documents`): under an invariant variant their order cannot
-        change the answer. Many questions: :meth:`answer_many`.
-
-        Read with the adapter trained for documents where ``adapter="auto"`` chose it: a model
-        loaded with ``adapter="auto"`` for another kind of task (``from_pretrained()``: the
-        choose adapter, which makes facts up from documents) answers with the shipped
-        documents adapter, loaded once beside it on the first call (said once), as ``setllm
-        eval --dataset documents``, ``setllm answer`` and the playground read documents. With
-        no variant named that is the ``sbp`` one: each document read once, kept in the model's
-        document cache and reused in any order (``variant="setmask-setpe"``: the documents
-        adapter trained under it). ``from_pretrained(kind="documents")`` loads that one alone; a view read otherwise
-        (another variant, exact mode, chat or EOS choice), or an adapter named, answers as it is."""
-        return self._answers([verbs.answer(documents, question, max_new_tokens)])[0]
-
-    def answer_many(self, rows: Sequence[tuple[Sequence[str], str]], max_new_tokens: int = 32) -> list[str]:
-        """:meth:`answer` for many ``(documents, question)`` rows in one call, read as
-        :meth:`answer` reads (the same reading, the documents adapter included) and batched:
-        one answer per row, the one :meth:`answer` gives that row alone."""
-        requests = []
-        for i, (documents, question) in enumerate(_rows(rows, "answer", ("documents", "question"), 2)):
-            requests.append(verbs.answer(documents, question, max_new_tokens, _row_field(i, shared=("max_new_tokens",))))
-        return self._answers(requests)
-
-    def _answers(self, requests: Sequence[verbs.Answer]) -> list[str]:
-        """The one reading of :meth:`answer` and :meth:`answer_many`: every request generated
-        by :meth:`documents_reader` (requests of one ``max_new_tokens``, so of one config)."""
-        if not requests:
-            return []
-        texts = self.documents_reader().generate_many([r.prompt for r in requests], requests[0].config)
-        return [r.text(t) for r, t in zip(requests, texts)]
-
-    @property
-    def answers_with(self) -> Origin | None:
-        """What :meth:`answer` reads with where it is not this view (the documents adapter
-        ``adapter="auto"`` picks, not loaded yet), else None."""
-        docs = self._documents
-        return None if docs is None or _reading(self.options) != _reading(docs.read_as) else docs.origin
-
-    def documents_reader(self, say: bool = True) -> SetLLM:
-        """Who reads documents for :meth:`answer` (and the server's ``/v1/answer``): the documents reading where ``adapter="auto"``
-        loaded another adapter and this view reads as loaded (its batch size and progress
-        bar taken along), else this view. ``say``: say once, when it loads, what it is (a
-        server says so in its start-up lines instead)."""
-        if self.answers_with is None:
-            return self
-        return self._documents.get(say).with_options(batch_size=self.batch_size, progress=self.options.progress)
 
     def generate(self, prompt: PromptLike, config: generation.GenerationConfig | None = None, *, schema=None, regex: str | None = None,
                  choice: Sequence[str] | None = None, grammar: str | None = None, show_schema: bool = False, **kwargs):
@@ -319,64 +270,9 @@ class SetLLM(Reader):
         return out
 
 
-def _reading(options: ReadOptions) -> tuple:
-    """What of :class:`ReadOptions` decides an answer (not the batch size or a progress bar)."""
-    return options.variant.name, options.exact, options.chat, options.eos
-
-
-class _DocumentsReading:
-    """The reading :meth:`SetLLM.answer` uses for a model that ``adapter="auto"`` loaded for
-    another kind of task: the documents plan the model's own plan holds
-    (:attr:`setllm.loading.plan.LoadPlan.documents`, the one rule that picks ``setllm eval
-    --dataset documents``'s adapter), built once, on the first answer. ``read_as``: the
-    reading of the model as loaded; a view read otherwise answers as it is. ``owner``: the
-    loaded model, whose document cache the documents reading reads through
-    (:func:`setllm.core.doccache.share`)."""
-
-    def __init__(self, plan: LoadPlan, read_as: ReadOptions, progress: bool, owner=None):
-        self.plan, self.read_as, self.progress, self.owner = plan, read_as, progress, owner
-        self.origin = plan.origin  # which model and adapter it reads with, known before it loads
-        self._lm: SetLLM | None = None
-        self._lock = threading.Lock()
-
-    def get(self, say: bool = True) -> SetLLM:
-        """The documents reading, loaded on the first call (``say``: tell a library user, once,
-        what was loaded; a server says it in its start-up lines instead)."""
-        with self._lock:
-            if self._lm is None:
-                self._lm = SetLLM.build(self.plan, self.progress)
-                if self.owner is not None:  # documents cached as the owner's were asked to be (under sbp)
-                    doccache.share(self._lm.model, self.owner)
-                if say:
-                    say_once(f"setllm: answer reads documents with the adapter trained for them ({self._lm.origin.adapter}), "
-                             f"loaded beside this model; from_pretrained(kind=\"documents\") loads it alone")
-            return self._lm
-
-
 def _check_tie_margin(tie_margin: float) -> None:
     if tie_margin < 0:
         raise InputError(f"tie_margin must be >= 0, got {tie_margin}")
-
-
-def _rows(rows, call: str, fields: tuple[str, ...], required: int) -> list[tuple]:
-    """The rows of ``{call}_many``: a list of tuples of ``fields``, those after the first
-    ``required`` optional (None where left out)."""
-    shape = f"({', '.join(fields[:required])}{''.join(f'[, {f}]' for f in fields[required:])})"
-    if isinstance(rows, (str, dict)) or not isinstance(rows, Sequence):
-        raise InputError(f"{call}_many takes a list of rows {shape}, got {type(rows).__name__}; for one, call {call}")
-    out = []
-    for i, row in enumerate(rows):
-        if isinstance(row, (str, dict)) or not isinstance(row, Sequence) or not required <= len(row) <= len(fields):
-            got = f"{len(row)} items" if isinstance(row, (list, tuple)) else type(row).__name__
-            raise InputError(f"rows[{i}] must be a tuple {shape}, got {got}")
-        out.append((*row, *[None] * (len(fields) - len(row))))
-    return out
-
-
-def _row_field(i: int, shared: tuple[str, ...] = ()) -> Callable[[str], str]:
-    """How ``{call}_many`` names a field of row ``i`` in its errors (``rows[2].options``); a
-    ``shared`` argument, one for every row, by its own name."""
-    return lambda field: field if field in shared else f"rows[{i}].{field}"
 
 
 def _check_prompt_list(prompts, options) -> None:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .core.values import OptionScore
+from .core.forward.values import OptionScore
 from .errors import InputError, SetLLMWarning
 
 

@@ -26,16 +26,18 @@ import torch
 from tqdm.auto import tqdm
 
 from . import verbs
-from .core import doccache, generation, scoring
-from .core.batch import collate
-from .core.codec import Codec
-from .core.encoding import NOT_IN_SET, EncodedPrompt
-from .core.families import check_model
-from .core.install import install
-from .core.prompt import PromptLike
-from .core.readings import DocumentsReading, PackedReading, Reading
-from .core.runtime import forward, prompt_length
-from .core.variants import DEFAULT_VARIANT, Variant, get_variant
+from .core import doccache
+from .core.drivers import CachedDocumentsDriver, Driver, PackedDriver
+from .core.forward import generation, scoring
+from .core.forward.runtime import forward, prompt_length
+from .core.layout.positions import NOT_IN_SET
+from .core.layout.variants import DEFAULT_VARIANT, Variant, get_variant
+from .core.model.families import check_model
+from .core.model.install import install
+from .core.text.prompt import PromptLike
+from .core.tokens.batch import collate
+from .core.tokens.codec import Codec
+from .core.tokens.encoding import EncodedPrompt
 from .errors import InputError, SetLLMWarning
 from .loading import Origin
 from .policy import option_list
@@ -115,13 +117,11 @@ class Reader:
 
     @contextmanager
     def _running(self):
-        """The model to run. A computation selects its row blocks and attention through
-        context of its own (:mod:`setllm.core.install`), so views of one model on several
-        threads run at the same time; where several adapters share the weights (a view of an
-        :class:`setllm.AdapterBank`), the bank's adapter is switched to this view's and held
-        there until the computation ends (:mod:`setllm.sharing`). A model loaded with a thread
-        count (``threads``, ``$SETLLM_THREADS``) runs every computation on that many, on any
-        thread (:func:`_pin_threads`)."""
+        """The model to run. A computation selects its row blocks and attention through context of
+        its own (:mod:`setllm.core.model.install`), so views of one model run at once on several
+        threads; a view of an :class:`setllm.AdapterBank` switches the bank to its adapter until the
+        computation ends (:mod:`setllm.sharing`); ``threads`` (``$SETLLM_THREADS``) pins every
+        computation's thread count, on any thread (:func:`_pin_threads`)."""
         _pin_threads(self._threads)
         if self._switch is None:
             yield self.model
@@ -191,7 +191,7 @@ class Reader:
     def encoded_request(self, prompt: EncodedPrompt, options: Sequence[Sequence[int]], name: str = "options") -> scoring.ScoreRequest:
         """A request of token ids already made (the lm-eval backend tokenizes continuations
         its own way): every option holds a token (:class:`InputError`), and the prompt with
-        its longest option fits the model (:class:`setllm.core.prompt.PromptTooLong`)."""
+        its longest option fits the model (:class:`setllm.core.text.prompt.PromptTooLong`)."""
         empty = next((i for i, o in enumerate(options) if not o), None)
         if empty is not None:
             raise InputError(f"{name}[{empty}] tokenizes to nothing; options must be non-empty text")
@@ -203,7 +203,7 @@ class Reader:
         """The one way a prompt becomes a request of decoding (the library's :meth:`generate`,
         the server): the prompt encoded (an :class:`EncodedPrompt` as is) and, before any
         forward, the fit rule for it and ``config.max_new_tokens`` tokens after it
-        (:class:`setllm.core.prompt.PromptTooLong` naming ``what``)."""
+        (:class:`setllm.core.text.prompt.PromptTooLong` naming ``what``)."""
         enc = prompt if isinstance(prompt, EncodedPrompt) else self.encode(prompt)
         self.codec.check_fits(enc, config.max_new_tokens if config is not None else 0, what)
         return verbs.GenerateRequest(enc, config)
@@ -213,7 +213,7 @@ class Reader:
         :meth:`encode` and :meth:`response_ids`), through the one scoring driver (a prompt
         whose documents can be reused: through :func:`setllm.core.doccache.score`)."""
         with self._running() as model:
-            return self._each(model, [r.prompt for r in requests], requests, lambda reading, rs: reading.score(rs))
+            return self._each(model, [r.prompt for r in requests], requests, lambda driver, rs: driver.score(rs))
 
     def generate_encoded(self, prompts: Sequence[EncodedPrompt], config: generation.GenerationConfig,
                          on_token=None) -> list[tuple[str, list[int]]]:
@@ -221,28 +221,28 @@ class Reader:
         (``on_token(tokens)`` after each step, with each prompt's tokens so far: a caller's way
         to stream them, or to stop by raising)."""
         with self._running() as model:
-            return self._each(model, prompts, prompts, lambda reading, ps: reading.generate(ps, config, on_token))
+            return self._each(model, prompts, prompts, lambda driver, ps: driver.generate(ps, config, on_token))
 
-    def _each(self, model, prompts: Sequence[EncodedPrompt], items: Sequence, run: Callable[[Reading, list], list]) -> list:
-        """``run(reading, items)`` for each group of items and the reading that serves their
-        prompts (:meth:`_readings`), results in the items' order."""
+    def _each(self, model, prompts: Sequence[EncodedPrompt], items: Sequence, run: Callable[[Driver, list], list]) -> list:
+        """``run(driver, items)`` for each group of items and the driver that serves their
+        prompts (:meth:`_drivers`), results in the items' order."""
         out = [None] * len(items)
-        for reading, at in self._readings(model, prompts):
-            for i, result in zip(at, run(reading, [items[i] for i in at])):
+        for driver, at in self._drivers(model, prompts):
+            for i, result in zip(at, run(driver, [items[i] for i in at])):
                 out[i] = result
         return out
 
-    def _readings(self, model, prompts: Sequence[EncodedPrompt]) -> list[tuple[Reading, list[int]]]:
-        """Which reading serves each prompt, as ``(reading, indices)`` groups: the documents
-        reading for a prompt whose documents can be reused, the packed driver for the others.
+    def _drivers(self, model, prompts: Sequence[EncodedPrompt]) -> list[tuple[Driver, list[int]]]:
+        """Which driver serves each prompt, as ``(driver, indices)`` groups: the document cache's
+        for a prompt whose documents can be reused, the packed driver for the others.
         Which one reads a prompt depends on it alone, never on the batch it came in."""
         can = self._reusable(model, prompts)
-        groups: list[tuple[Reading, list[int]]] = []
+        groups: list[tuple[Driver, list[int]]] = []
         if any(can):
             store, key = doccache.for_reading(model), doccache.reading_key(model, self.tokenizer, self.variant, self.origin.adapter)
-            groups.append((DocumentsReading(model, self.tokenizer, self.variant, store, key), [i for i, c in enumerate(can) if c]))
+            groups.append((CachedDocumentsDriver(model, self.tokenizer, self.variant, store, key), [i for i, c in enumerate(can) if c]))
         if not all(can):
-            groups.append((PackedReading(model, self.tokenizer, self.variant, self.pad_id), [i for i, c in enumerate(can) if not c]))
+            groups.append((PackedDriver(model, self.tokenizer, self.variant, self.pad_id), [i for i, c in enumerate(can) if not c]))
         return groups
 
     def cache_documents(self, max_mb: float = doccache.DEFAULT_MB, directory: str | os.PathLike | None = None,
@@ -251,11 +251,10 @@ class Reader:
         ``max_mb`` MB in memory, least recently used out) and reuse them in every later prompt
         with the same text before the set, in any order and combination: only the missing
         elements and the text after the set are computed (:mod:`setllm.core.doccache`; the
-        same bits as with no cache). Shared by every view of these weights. Under ``sbp`` a
-        cache of :data:`setllm.core.doccache.DEFAULT_MB` MB is on without this call;
-        ``max_mb=0`` switches it off (and returns None). ``directory``: also keep each piece
-        on disk there (at most ``disk_mb`` MB, least recently used out), where a restarted
-        process, or another one sharing the folder, finds it. Other variants read as before:
+        same bits as with no cache). Shared by every view of these weights. Under ``sbp`` a cache
+        of :data:`setllm.core.doccache.DEFAULT_MB` MB is on without this call; ``max_mb=0`` switches
+        it off (returns None). ``directory``: also keep each piece on disk there (at most ``disk_mb``
+        MB, least recently used out), for a restarted process or another one. Other variants read as before:
         their documents see text a cache cannot know (said once, at the first such reading;
         ``warn=False``: not said, as where a server said it at start-up). The one place a cache
         is set: the CLI, the server and ``answer``'s documents reader (which reads through its
@@ -293,7 +292,7 @@ class Reader:
             return []
         request = scoring.ScoreRequest(prompt, [list(response)])
         with self._running() as model:  # read as score_encoded reads this option: through the documents' cache where it can
-            [dists] = self._each(model, [prompt], [request], lambda reading, rs: [reading.logprobs(r) for r in rs])
+            [dists] = self._each(model, [prompt], [request], lambda driver, rs: [driver.logprobs(r) for r in rs])
         return scoring.token_details(response, dists, top)
 
     def echo_details(self, prompt: EncodedPrompt, top: int = 0) -> list[scoring.TokenDetail]:

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .core.prompt import SetPrompt, template_prompt
-from .core.values import OptionScore
+from .core.forward.values import OptionScore
+from .core.text.prompt import SetPrompt, template_prompt
 from .errors import InputError
 from .loading.record import READOUT_NAMES
 from .tasks.judge import judge_head, judge_prompt

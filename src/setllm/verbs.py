@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .core.encoding import EncodedPrompt
-from .core.prompt import SetPrompt
-from .core.templates import mc_prompt, options_of
-from .core.values import GenerationConfig
+from .core.forward.values import GenerationConfig
+from .core.text.prompt import SetPrompt
+from .core.text.templates import mc_prompt, options_of
+from .core.tokens.encoding import EncodedPrompt
 from .errors import InputError
 from .policy import Choice, check_candidates, check_choices, check_text, option_list, pick
 from .readouts import JudgeRow
@@ -149,3 +149,24 @@ def optional_text(value, where: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InputError(f"{where} must be text or None, got {type(value).__name__}")
     return value
+
+
+def rows_of(rows, call: str, fields: tuple[str, ...], required: int) -> list[tuple]:
+    """The rows of ``{call}_many``: a list of tuples of ``fields``, those after the first
+    ``required`` optional (None where left out)."""
+    shape = f"({', '.join(fields[:required])}{''.join(f'[, {f}]' for f in fields[required:])})"
+    if isinstance(rows, (str, dict)) or not isinstance(rows, Sequence):
+        raise InputError(f"{call}_many takes a list of rows {shape}, got {type(rows).__name__}; for one, call {call}")
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, dict)) or not isinstance(row, Sequence) or not required <= len(row) <= len(fields):
+            got = f"{len(row)} items" if isinstance(row, (list, tuple)) else type(row).__name__
+            raise InputError(f"rows[{i}] must be a tuple {shape}, got {got}")
+        out.append((*row, *[None] * (len(fields) - len(row))))
+    return out
+
+
+def row_field(i: int, shared: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """How ``{call}_many`` names a field of row ``i`` in its errors (``rows[2].options``); a
+    ``shared`` argument, one for every row, by its own name."""
+    return lambda field: field if field in shared else f"rows[{i}].{field}"

@@ -10,7 +10,7 @@ import pytest
 from tiny import run_cli
 
 from setllm.api import SetLLM
-from setllm.core.prompt import PromptError, parse_markup
+from setllm.core.text.prompt import PromptError, parse_markup
 
 ENDS_WITH_A_SET = r"Pick the fruit:\n{{car\n||apple\n}}"
 

@@ -6,7 +6,7 @@ import pytest
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
-from setllm.core.prompt import parse_markup
+from setllm.core.text.prompt import parse_markup
 from setllm.errors import InputError
 
 

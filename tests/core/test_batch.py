@@ -1,11 +1,12 @@
-"""Padding encoded prompts into tensors (:mod:`setllm.core.batch`)."""
+"""Padding encoded prompts into tensors (:mod:`setllm.core.tokens.batch`)."""
 
 from __future__ import annotations
 
 import torch
 
-from setllm.core.batch import collate, continuation_layout
-from setllm.core.encoding import NOT_IN_SET, EncodedPrompt
+from setllm.core.layout.positions import NOT_IN_SET
+from setllm.core.tokens.batch import collate, continuation_layout
+from setllm.core.tokens.encoding import EncodedPrompt
 
 # "Q" {"a b", "c"} "A": set 0 with elements 0 (two tokens) and 1 (one token).
 PROMPT = EncodedPrompt([5, 6, 7, 8, 9], [-1, 0, 0, 0, -1], [-1, 0, 0, 1, -1])

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import PromptError, Set, SetLLM, as_prompt
-from setllm.core.codec import Codec
-from setllm.core.variants import get_variant
+from setllm.core.layout.variants import get_variant
+from setllm.core.tokens.codec import Codec
 
 WORDS = ["apple", "banana", "cherry", "seven", "dog", "fox", "water", "one two"]
 ENDINGS = ["", "\n", " ", "\n\n", "\t"]

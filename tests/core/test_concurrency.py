@@ -1,5 +1,5 @@
 """A call never changes the model, so calls on one model run on several threads at once
-(:mod:`setllm.core.install`): a thread watching the model sees nothing change while another
+(:mod:`setllm.core.model.install`): a thread watching the model sees nothing change while another
 calls it, and two threads scoring at the same time get the bits each gets alone."""
 
 from __future__ import annotations

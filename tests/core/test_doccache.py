@@ -13,9 +13,10 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import GenerationConfig, Set, SetLLM
-from setllm.core import doccache, scoring
-from setllm.core.batch import collate
-from setllm.core.doccache import attention, reading
+from setllm.core import doccache
+from setllm.core.doccache import attention, driver
+from setllm.core.forward import scoring
+from setllm.core.tokens.batch import collate
 
 DOCS = [f"Note {i}: the {w} fox jumps over the lazy dog.\n" for i, w in enumerate(["quick", "brown", "red", "old", "small", "lazy"])]
 OPTIONS = ["fox", "dog", "water boils"]
@@ -91,15 +92,15 @@ def test_missing_documents_are_computed_in_one_forward_each_with_the_bits_of_it_
     calls = []
     hook = lm.model.register_forward_hook(lambda *a: calls.append(1))
     try:
-        [(parts, _)] = reading._pieces(lm.model, lm.variant, [(enc, batch)], doccache.DocumentCache(64), key)
+        [(parts, _)] = driver._pieces(lm.model, lm.variant, [(enc, batch)], doccache.DocumentCache(64), key)
     finally:
         hook.remove()
     assert len(calls) == 2  # the prefix, then the five documents together
-    pieces = reading._Pieces.of(enc)
-    prefix = reading._compute(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, [], pieces.prefix)
+    pieces = driver._Pieces.of(enc)
+    prefix = driver._compute(lm.model, lm.variant, batch.input_ids, batch.position_ids, batch.layout, [], pieces.prefix)
     at = len(pieces.prefix)
     for element in pieces.elements:
-        [alone] = reading._compute_elements(lm.model, lm.variant, [reading._Missing(prefix, batch, pieces.prefix, element)])
+        [alone] = driver._compute_elements(lm.model, lm.variant, [driver._Missing(prefix, batch, pieces.prefix, element)])
         for (k, v), (k_all, v_all) in zip(alone, parts):
             assert torch.equal(k, k_all[:, :, at : at + len(element)]) and torch.equal(v, v_all[:, :, at : at + len(element)])
         at += len(element)
@@ -218,7 +219,7 @@ def test_a_reading_whose_positions_follow_the_order_is_not_cached():
     """The sbp mask reads documents apart, but consecutive positions number each document after
     the ones before it: a piece cached in one order would carry that order's positions into
     another. Such a reading is read afresh, with the bits of reading it without a cache."""
-    from setllm.core.variants import Variant
+    from setllm.core.layout.variants import Variant
 
     lm = SetLLM(tiny_model("llama"), tiny_tokenizer(), Variant("sbp-mask-pe", "sbp", "pe", invariant=False))
     assert "numbers a document's tokens after the documents before it" in doccache.variant_problem(lm.variant)
@@ -343,7 +344,7 @@ def test_a_question_over_cached_documents_copies_no_piece(lm):
     store = lm.cache_documents(max_mb=64)
     try:
         lm.score_encoded([request])  # every piece computed and kept
-        n_cached = len(request.prompt) - len(reading._Pieces.of(request.prompt).suffix)
+        n_cached = len(request.prompt) - len(driver._Pieces.of(request.prompt).suffix)
         head_dim = lm.model.config.head_dim
 
         class Lengths(TorchDispatchMode):
@@ -367,11 +368,11 @@ def test_a_question_over_cached_documents_copies_no_piece(lm):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("inputs,outputs", [(1536, 576), (576, 1536), (576, 576), (576, 192)])  # the embedded model's widths
 def test_a_question_row_block_gets_the_bits_it_gets_among_blocks(threads, inputs, outputs):
-    """A question's forward multiplies its own row blocks (reading.QUESTION_ROWS): a lone
+    """A question's forward multiplies its own row blocks (driver.QUESTION_ROWS): a lone
     block (one short question) must get the bits it gets among others, at 1 and 2 threads."""
-    from setllm.core import install
+    from setllm.core.model import install
 
-    rows = reading.QUESTION_ROWS["cpu"]
+    rows = driver.QUESTION_ROWS["cpu"]
     torch.manual_seed(0)
     layer = torch.nn.Linear(inputs, outputs, bias=False)
     x = torch.randn(4 * rows, inputs)

@@ -282,7 +282,7 @@ def test_the_same_adapter_weights_give_the_same_key_loaded_alone_or_in_a_bank(tm
 def test_a_cache_set_takes_the_reading_keys_fingerprints_at_once(lm, tmp_path):
     """A server sets its cache at start-up: the weights' and tokenizer's fingerprints are taken
     then, so a replica's first question over documents in the folder pays for neither."""
-    from setllm.core.owner import owner
+    from setllm.core.model.owner import owner
 
     lm.cache_documents(64, directory=tmp_path)
     state = owner(lm.model)

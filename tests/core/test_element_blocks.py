@@ -1,4 +1,4 @@
-"""A long prompt's attention split by set element (:mod:`setllm.core.element_blocks`): every
+"""A long prompt's attention split by set element (:mod:`setllm.core.attention.element_blocks`): every
 query row sees exactly the keys the dense mask gives it, scores equal the one dense block's
 up to rounding, and a request keeps its bits alone, in a batch and in any order of its set."""
 
@@ -11,10 +11,11 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM, mc_prompt
-from setllm.core import element_blocks, packed_attention, scoring
-from setllm.core.batch import padded_layout
-from setllm.core.masks import TokenLayout, render_bool, variant_mask
-from setllm.core.packed_attention import PAD
+from setllm.core.attention import element_blocks, packed_attention
+from setllm.core.attention.packed_attention import PAD
+from setllm.core.forward import scoring
+from setllm.core.layout.masks import TokenLayout, render_bool, variant_mask
+from setllm.core.tokens.batch import padded_layout
 
 OPTIONS = ["apple", "dog", "fox"]
 DOCS = [f"doc {i}: the {w} sits by the river at dawn\n" for i, w in enumerate(["cat", "owl", "fox", "elk", "yak", "emu"])]

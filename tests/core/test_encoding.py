@@ -4,7 +4,7 @@ import pytest
 from tiny import tiny_tokenizer
 
 from setllm import PromptEncoder, Set, as_prompt, mc_prompt
-from setllm.core.templates import response_text
+from setllm.core.text.templates import response_text
 
 QUESTION = "Which city is the capital of France?"
 CHOICES = ["Budapest", "Paris", "Zurich"]

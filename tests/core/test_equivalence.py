@@ -5,10 +5,10 @@ import torch
 from tiny import ARCHS, same_weights, tiny_model, tiny_tokenizer
 
 from setllm import EncodedPrompt, Set, SetLLM, as_prompt, get_variant, mc_prompt
-from setllm.core.batch import collate
-from setllm.core.generation import decode_one_token
-from setllm.core.runtime import forward
-from setllm.core.scoring import prefill
+from setllm.core.forward.generation import decode_one_token
+from setllm.core.forward.runtime import forward
+from setllm.core.forward.scoring import prefill
+from setllm.core.tokens.batch import collate
 
 PROMPT = mc_prompt("Which city is the capital of France?", ["Budapest", "Paris", "Zurich"])
 OPTIONS = ["Budapest", "Paris", "Zurich"]

@@ -1,4 +1,4 @@
-"""Flex attention that compiles once per shape (:mod:`setllm.core.flex`): the one predicate
+"""Flex attention that compiles once per shape (:mod:`setllm.core.attention.flex`): the one predicate
 equals every variant's mask, a stream of prompts of new lengths and layouts stays within a
 bounded number of compilations and never falls back to the unfused kernel, and a long
 prompt read on flex scores as the dense reading does (same answers; the same bits over
@@ -15,8 +15,8 @@ from test_masks import EXPECTED, LAYOUT
 from tiny import same_weights, tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
-from setllm.core import flex
-from setllm.core.masks import TokenLayout, render_bool, variant_mask
+from setllm.core.attention import flex
+from setllm.core.layout.masks import TokenLayout, render_bool, variant_mask
 
 
 def dense(fn, q_len: int, kv_len: int) -> torch.Tensor:

@@ -5,8 +5,8 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import GenerationConfig, Set, SetLLM, as_prompt
-from setllm.core.batch import collate
-from setllm.core.runtime import forward
+from setllm.core.forward.runtime import forward
+from setllm.core.tokens.batch import collate
 
 PROMPT = as_prompt(["Question: Which fruit?\n\nChoices:\n", Set(["apple\n", "dog\n"]), "Answer:"])
 
@@ -108,7 +108,7 @@ def test_bad_generation_config(kwargs, message):
 
 def test_a_character_cut_by_max_new_tokens_is_dropped_not_replaced():
     """Byte-level tokens can stop inside a multi-byte character; the text must not end in U+FFFD."""
-    from setllm.core.generation import _finish
+    from setllm.core.forward.generation import _finish
 
     tok = tiny_tokenizer()
     ids = tok.encode("日本", add_special_tokens=False)  # 6 byte tokens, 3 per character
@@ -120,7 +120,7 @@ def test_a_character_cut_by_max_new_tokens_is_dropped_not_replaced():
 def test_steps_run_ahead_of_the_host_without_changing_any_text(lm, monkeypatch, every):
     """On a GPU the host looks at the tokens every few steps (generation.CHECK_EVERY): a row that
     ended within a run of steps is cut where it ended, stop strings and EOS as before."""
-    from setllm.core import generation
+    from setllm.core.forward import generation
 
     prompts = [PROMPT, as_prompt(["one two three:\n", Set(["fox\n", "dog\n", "water\n"]), "seven:"])]
     configs = [GenerationConfig(max_new_tokens=n) for n in (1, 7, 20)]
@@ -141,7 +141,7 @@ def test_sampling_survives_a_tiny_temperature_and_a_tiny_top_p():
     """A top_p below float32's smallest number keeps the likeliest token (it used to drop every
     token), a temperature that overflows the scaled logits samples the likeliest one (it used to
     give NaN), and an empty stop string is refused (it ended every answer before it began)."""
-    from setllm.core.generation import sample
+    from setllm.core.forward.generation import sample
     from setllm.errors import InputError
 
     logits = torch.tensor([[1.0, 3.0, 2.0], [5.0, -1.0, 0.0]])

@@ -1,5 +1,5 @@
 """CUDA-graph capture of scoring's packed prefill, tested on the CPU as far as it goes: the
-graph is :class:`setllm.core.graphs.EagerRunner` (replay = the captured function run again on
+graph is :class:`setllm.core.forward.graphs.EagerRunner` (replay = the captured function run again on
 the static buffers, its results written into the graph's output buffers), so the keys, the
 copying in, the reuse of entries, the priming of the plan and the cloning out are the code a
 GPU runs."""
@@ -11,7 +11,7 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, mc_prompt
-from setllm.core import graphs, scoring
+from setllm.core.forward import graphs, scoring
 from setllm.errors import InputError
 
 OPTIONS = ["apple", "dog", "fox", "water"]

@@ -1,4 +1,4 @@
-"""Inline markup (:mod:`setllm.core.prompt`): the grammar, its errors by offset, and one rule on
+"""Inline markup (:mod:`setllm.core.text.prompt`): the grammar, its errors by offset, and one rule on
 every surface: a prompt given as one string is markup; list text that looks like markup is
 read as text, with a warning."""
 

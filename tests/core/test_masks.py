@@ -6,9 +6,10 @@ Example: ``Q {a1 a2, b1} A`` then a one-token response ``R`` (one token per lett
 import pytest
 import torch
 
-from setllm.core.encoding import EncodedPrompt, sbp_positions, setpe_positions
-from setllm.core.masks import TokenLayout, variant_mask
-from setllm.core.renderers import RENDERERS, MaskSpec, render
+from setllm.core.attention.renderers import RENDERERS, MaskSpec, render
+from setllm.core.layout.masks import TokenLayout, variant_mask
+from setllm.core.layout.positions import sbp_positions, setpe_positions
+from setllm.core.tokens.encoding import EncodedPrompt
 
 LAYOUT = TokenLayout(
     valid=torch.tensor([[1, 1, 1, 1, 1, 1]], dtype=torch.bool),
@@ -145,8 +146,8 @@ def test_setpe_two_adjacent_sets_and_set_at_end():
 def test_every_mask_kind_is_defined_once_by_its_parts_and_an_unknown_kind_is_refused():
     import typing
 
-    from setllm.core.masks import MASK_KINDS
-    from setllm.core.variants import MaskKind
+    from setllm.core.layout.masks import MASK_KINDS
+    from setllm.core.layout.variants import MaskKind
 
     assert set(MASK_KINDS) == set(typing.get_args(MaskKind))
     assert len(set(MASK_KINDS.values())) == len(MASK_KINDS)  # no two kinds alike

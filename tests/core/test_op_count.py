@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
 import bench_ops  # noqa: E402
 
-from setllm.core import element_blocks  # noqa: E402
+from setllm.core.attention import element_blocks  # noqa: E402
 
 # Ceilings: the goal (1.25x scoring, 1.05x decoding), which the counts meet with some room
 # (measured here: 1.17, 1.11, 1.02). A change that adds ops per layer or per block fails here.
@@ -51,7 +51,7 @@ SPLIT_CALLS = ("score, ~1k-token set, batch 1", "score, ~1k-token set, 8 prompts
 
 @pytest.fixture(scope="module")
 def split_counts():
-    """The long calls with the set's documents on blocks of their own (core/element_blocks.py),
+    """The long calls with the set's documents on blocks of their own (core/attention/element_blocks.py),
     as the embedded model's ~1k-token set is read on a CPU: the tiny model's 100-token set
     is split too (from 64 tokens on)."""
     with pytest.MonkeyPatch.context() as mp:

@@ -1,4 +1,4 @@
-"""Packed attention (:mod:`setllm.core.packed_attention`) against an independent construction: each request's
+"""Packed attention (:mod:`setllm.core.attention.packed_attention`) against an independent construction: each request's
 block gathered by hand, padded, and put through the attention formula written out."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, mc_prompt
-from setllm.core import packed_attention, scoring
+from setllm.core.attention import packed_attention
+from setllm.core.forward import scoring
 
 PAD = packed_attention.PAD
 
@@ -69,7 +70,7 @@ def test_segment_attention_equals_each_request_by_hand(softcap):
 def test_soft_capped_and_sliding_families_score_like_the_plain_ladder(arch):
     """gemma2's soft-capped logits take the eager formula; gemma3's sliding layers take the
     windowed masks (past the window: tests/core/test_windows.py)."""
-    from setllm.core.batch import collate
+    from setllm.core.tokens.batch import collate
 
     lm = SetLLM(tiny_model(arch), tiny_tokenizer(), "setmask-setpe")
     options = ["apple", "dog", "fox"]

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from setllm import Set, SetLLM
-from setllm.core import fit
+from setllm.core.model import fit
 from setllm.loading import sources
 
 pytestmark = pytest.mark.slow

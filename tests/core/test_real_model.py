@@ -156,7 +156,7 @@ def test_the_embedded_gguf_by_path_is_the_default_model(lm):
 
 
 def test_the_readme_generate_example_names_a_fruit(lm):
-    from setllm.core.prompt import parse_markup
+    from setllm.core.text.prompt import parse_markup
 
     assert lm.generate(parse_markup(r"Pick the fruit:\n{{car\n||apple\n||house\n}}Answer:"), max_new_tokens=8).strip() == "apple"
 

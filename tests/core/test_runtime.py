@@ -1,5 +1,5 @@
-"""One forward under a variant (:mod:`setllm.core.runtime`), the fixed-row linear blocks it
-runs under (:mod:`setllm.core.install`) and the fit rule (:mod:`setllm.core.fit`)."""
+"""One forward under a variant (:mod:`setllm.core.forward.runtime`), the fixed-row linear blocks it
+runs under (:mod:`setllm.core.model.install`) and the fit rule (:mod:`setllm.core.model.fit`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from setllm.core import fit, install
+from setllm.core.model import fit, install
 from setllm.errors import InputError
 
 
@@ -81,7 +81,7 @@ def test_lengths_past_the_context_are_refused():
 def test_every_family_setllm_calls_verified_is_in_the_tested_architectures():
     from tiny import ARCHS
 
-    from setllm.core import families
+    from setllm.core.model import families
 
     assert set(families.SUPPORTED_MODEL_TYPES) == set(ARCHS)
     assert families.default_attention("gemma2", "sdpa") == "eager"  # soft-capping: no sdpa

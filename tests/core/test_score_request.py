@@ -10,7 +10,7 @@ import pytest
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
-from setllm.core.prompt import PromptTooLong, parse_markup
+from setllm.core.text.prompt import PromptTooLong, parse_markup
 from setllm.errors import InputError
 
 MARKUP = "Pick one:\n{{apple\n||dog\n||fox\n}}Answer:"

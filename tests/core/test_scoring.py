@@ -1,4 +1,4 @@
-"""The one scoring driver, :func:`setllm.core.scoring.score_requests`: a request's scores do not
+"""The one scoring driver, :func:`setllm.core.forward.scoring.score_requests`: a request's scores do not
 depend on what else is scored with it (fixed shapes), and equal the plain unpadded ladder
 ``prefill -> score_continuations`` (tests/reference.py) up to float rounding."""
 
@@ -9,8 +9,8 @@ import reference
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM, mc_prompt
-from setllm.core import scoring
-from setllm.core.batch import collate
+from setllm.core.forward import scoring
+from setllm.core.tokens.batch import collate
 
 OPTIONS = ["apple", "dog", "fox", "water"]
 

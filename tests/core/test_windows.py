@@ -1,6 +1,6 @@
 """Sliding windows past the window: set prompts longer than a sliding layer's window.
 
-The masks apply the window in positions (:func:`setllm.core.masks.window_mask`), per layer type
+The masks apply the window in positions (:func:`setllm.core.layout.masks.window_mask`), per layer type
 where layers differ. Checked against transformers' own sliding-window masks (the model run
 natively on plain text), between the dense ladder and the packed scoring driver, and for
 order invariance when the window cuts into a set.
@@ -17,9 +17,11 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import Set, SetLLM
-from setllm.core import fit, runtime, scoring, variants
-from setllm.core.batch import collate
-from setllm.core.encoding import EncodedPrompt
+from setllm.core.forward import runtime, scoring
+from setllm.core.layout import variants
+from setllm.core.model import fit
+from setllm.core.tokens.batch import collate
+from setllm.core.tokens.encoding import EncodedPrompt
 from setllm.errors import InputError
 
 WINDOW = 8
@@ -127,7 +129,7 @@ def test_generation_past_the_window_matches_transformers_generate():
     lm = SetLLM(model, tiny_tokenizer(), "causal-pe")
     ids = torch.randint(4, 400, (1, 2 * WINDOW), generator=torch.Generator().manual_seed(1))
     batch = collate([EncodedPrompt.plain(ids[0].tolist())], "pe", lm.pad_id)
-    from setllm.core.generation import GenerationConfig, generate_tokens
+    from setllm.core.forward.generation import GenerationConfig, generate_tokens
 
     ours = generate_tokens(lm.model, lm.tokenizer, lm.variant, batch, GenerationConfig(max_new_tokens=12))[0][1]
     with torch.no_grad():

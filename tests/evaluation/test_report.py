@@ -80,7 +80,7 @@ def test_single_mode_run_is_not_shown_as_random(tmp_path):
 
 
 def test_rows_carry_the_papers_variant_names(tmp_path):
-    from setllm.core.variants import VARIANTS
+    from setllm.core.layout.variants import VARIANTS
 
     assert [v.paper_name for v in VARIANTS.values()] == [
         "Causal Mask+PE", "Causal Mask+NoPE", "Prefix Mask+NoPE", "Prefix Mask+PE", "Prefix Mask+SetPE", "SetMask+SetPE", "SBP",

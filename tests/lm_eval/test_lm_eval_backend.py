@@ -17,8 +17,8 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from tiny import tiny_model, tiny_tokenizer  # noqa: E402
 
 from setllm import SetLLM  # noqa: E402
-from setllm.core import scoring
-from setllm.core.prompt import parse_markup  # noqa: E402
+from setllm.core.forward import scoring
+from setllm.core.text.prompt import parse_markup  # noqa: E402
 from setllm.errors import InputError  # noqa: E402
 from setllm.lm_eval import SetLLMLM  # noqa: E402
 from setllm.lm_eval.__main__ import main  # noqa: E402

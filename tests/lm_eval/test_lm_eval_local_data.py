@@ -15,7 +15,7 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from setllm.core.prompt import parse_markup  # noqa: E402
+from setllm.core.text.prompt import parse_markup  # noqa: E402
 from setllm.io.records import DataError, parse_record  # noqa: E402
 from setllm.lm_eval import TASKS_DIR  # noqa: E402
 from setllm.lm_eval.local import local_config  # noqa: E402

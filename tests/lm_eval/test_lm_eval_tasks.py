@@ -10,11 +10,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.tasks._yaml_loader import load_yaml  # noqa: E402
 
-from setllm.core.prompt import (  # noqa: E402
-    Set,
-    as_prompt,
-    parse_markup,  # noqa: E402
-)
+from setllm.core.text.prompt import Set, as_prompt, parse_markup
 from setllm.io.records import parse_record  # noqa: E402
 from setllm.lm_eval import TASKS_DIR, templates  # noqa: E402
 from setllm.lm_eval.__main__ import include_shipped_tasks  # noqa: E402

@@ -87,3 +87,10 @@ def running(lm, settle: bool = True, **config):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def openai_client(url: str):
+    """The openai SDK's client of the server at ``url``, as a user makes it (no retries: a test sees each failure)."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import reference
-from serve_helpers import running
+from serve_helpers import openai_client, running
 from server_process import serve_process
 
 from setllm import Set
-from setllm.core import generation, scoring
-from setllm.core.batch import collate
-from setllm.core.chat import chat_prompt
-from setllm.core.prompt import parse_markup
+from setllm.core.forward import generation, scoring
+from setllm.core.text.chat import chat_prompt
+from setllm.core.text.prompt import parse_markup
+from setllm.core.tokens.batch import collate
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ MARKUP = r"Pick one:\n{{apple\n||dog\n||fox\n}}Answer: apple"
 @pytest.fixture(scope="module")
 def client(lm):
     with running(lm) as (_, _, url):
-        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        yield openai_client(url)
 
 
 def test_completion_with_and_without_logprobs_matches_the_library(client, lm):

@@ -17,7 +17,7 @@ from tiny import run_cli
 from setllm import SetLLM
 from setllm.cli import build_parser
 from setllm.cli.serve import served_models
-from setllm.core.prompt import parse_markup
+from setllm.core.text.prompt import parse_markup
 from setllm.serve import ServeConfig, create_app
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def test_under_sbp_the_answer_route_reads_with_the_sbp_documents_adapter_through
     """``--variant sbp``: ``/v1/answer`` reads with the documents adapter trained for sbp, as
     ``SetLLM.answer`` does, and its documents go through the server's cache (``--cache-dir``);
     the start-up lines say so, and the log gets no hint meant for a library user."""
-    import setllm.api
+    import setllm.answering
     from setllm.api import default_adapter
     from setllm.serve.server import documents_line
 
@@ -134,7 +134,7 @@ def test_under_sbp_the_answer_route_reads_with_the_sbp_documents_adapter_through
     want = SetLLM.from_pretrained(variant="sbp").answer(docs, question, max_new_tokens=8)
     served = SetLLM.from_pretrained(variant="sbp")
     said = []
-    monkeypatch.setattr(setllm.api, "say_once", said.append)
+    monkeypatch.setattr(setllm.answering, "say_once", said.append)
     app = create_app(served, ServeConfig(cache_dir=str(tmp_path), batch_check=False))
     assert documents_line(app.state.service) == (f"setllm serve: /v1/answer: adapter {default_adapter('documents')}, variant sbp; "
                                                  f"document cache 512 MB in memory, up to 2048 MB on disk in {tmp_path}")

@@ -56,6 +56,6 @@ def test_the_server_and_the_cli_refuse_the_same_prompts_in_the_same_words(short_
 
 
 def lm_prompt(question: str):
-    from setllm.core.templates import mc_prompt
+    from setllm.core.text.templates import mc_prompt
 
     return mc_prompt(question, OPTIONS)

@@ -18,8 +18,8 @@ from serve_helpers import running
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM
-from setllm.core.prompt import as_prompt
-from setllm.core.values import GenerationConfig
+from setllm.core.forward.values import GenerationConfig
+from setllm.core.text.prompt import as_prompt
 from setllm.serve import ServeConfig, guard, server
 from setllm.serve.engine import Engine, GenerateJob, ScoreJob
 from setllm.serve.errors import Timeout

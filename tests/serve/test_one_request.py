@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from serve_helpers import serving
 
-from setllm.core.prompt import PromptTooLong
+from setllm.core.text.prompt import PromptTooLong
 from setllm.errors import InputError
 
 LONG = "Tell me. " * 200  # past the tiny model's 256 positions

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 from setllm import verbs
-from setllm.core.dockeys import document_keys
-from setllm.core.prompt import parse_markup
+from setllm.core.doccache.dockeys import document_keys
+from setllm.core.text.prompt import parse_markup
 from setllm.serve import create_app, declare
 from setllm.serve.ray.documents import PROMPTS, request_documents
 from setllm.serve.routes import ROUTERS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from setllm.core.dockeys import document_keys
+from setllm.core.doccache.dockeys import document_keys
 from setllm.serve.ray.documents import request_documents
 from setllm.serve.ray.routing import AFFINITY, LOAD, NEW_DOCUMENTS, NO_DOCUMENTS, Decision, Holdings, decide
 from setllm.tasks.documents import documents_prompt

@@ -148,7 +148,7 @@ def test_batched_equals_unbatched_bit_for_bit(wide_lm):
 
 def test_different_questions_and_lengths_share_a_forward(wide_lm):
     """Fixed shapes make a batch of different questions safe (test above), so it forms."""
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     app = create_app(wide_lm, ServeConfig(batch_window_ms=100))
     seen = []
@@ -172,7 +172,7 @@ def test_where_mixed_batches_move_bits_only_identical_requests_share_a_forward(w
     """A device whose batches of different questions move the last bits (the start-up check
     finds it): every ordering of one question is still one computation, so those coalesce;
     different questions never share a forward, and nothing differs from one at a time."""
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     real = scoring.score_requests
 

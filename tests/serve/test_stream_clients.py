@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 
 import pytest
-from serve_helpers import running
+from serve_helpers import openai_client, running
 
 openai = pytest.importorskip("openai")
 PROMPT = "Pick the fruit:\n{{car\n||apple\n||house\n}}Answer:"
@@ -46,7 +46,7 @@ def url(lm):
 
 @pytest.fixture(scope="module")
 def client(url):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    return openai_client(url)
 
 
 def test_openai_streams_completions_and_chat(client):

@@ -19,7 +19,7 @@ import pytest
 from serve_helpers import concurrently, running, serving, slow_forwards
 from tiny import tiny_tokenizer
 
-from setllm.core.generation import _finish, _hit_stop
+from setllm.core.forward.generation import _finish, _hit_stop
 from setllm.errors import SetLLMWarning
 from setllm.serve import ServeConfig, create_app
 from setllm.serve.streaming import TextStream

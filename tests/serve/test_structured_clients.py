@@ -12,7 +12,7 @@ from typing import Literal
 import httpx
 import pytest
 from pydantic import BaseModel, create_model
-from serve_helpers import running
+from serve_helpers import openai_client, running
 from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM
@@ -37,7 +37,7 @@ def url():
 
 @pytest.fixture(scope="module")
 def client(url):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    return openai_client(url)
 
 
 def test_parse_with_a_pydantic_model_is_order_free(client):

@@ -1,5 +1,5 @@
 """One request, every surface, the same bits: the library, `POST /v1/score` alone and batched
-with other requests, and the lm-eval backend all run `setllm.core.scoring.score_requests` with
+with other requests, and the lm-eval backend all run `setllm.core.forward.scoring.score_requests` with
 shapes fixed by the request alone, so in exact mode they agree bit for bit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from serve_helpers import concurrently, serving
 
-from setllm.core.prompt import parse_markup
+from setllm.core.text.prompt import parse_markup
 from setllm.serve import ServeConfig, create_app
 
 CONTEXT = "Question: Which city is the capital of France?\n\nChoices:\n{{Paris\n||Budapest\n||Zurich\n}}Answer:"
@@ -39,7 +39,7 @@ def test_an_exact_tie_gives_the_same_answer_in_every_order_on_every_surface(lm, 
     same) get one answer, by text, whatever order they came in: library, CLI and server."""
     from tiny import run_cli
 
-    from setllm.core import scoring
+    from setllm.core.forward import scoring
 
     monkeypatch.setattr(scoring, "score_requests",
                         lambda model, variant, pad_id, requests: [[scoring.TokenScore(-1.0, len(o), False) for o in r.options] for r in requests])

@@ -53,7 +53,7 @@ def test_permuting_enum_and_properties_changes_no_byte(lm):
 
 def test_the_schema_shown_reads_the_same_in_any_order(lm):
     """The schema before the prompt: its enum a set, its keys sorted; the model reads the same tokens."""
-    from setllm.core.prompt import as_prompt
+    from setllm.core.text.prompt import as_prompt
     from setllm.structured.shown import with_shown
 
     reads = {tuple(lm.encode(with_shown(as_prompt(PROMPT), spec(permuted(SCHEMA, seed)), lm.exact)).input_ids) for seed in range(3)}

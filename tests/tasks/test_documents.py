@@ -183,8 +183,8 @@ def test_flex_and_sdpa_give_the_same_scores_on_a_long_set_prompt():
 
 
 def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch):
-    """Generation's prefill: scoring runs its own attention per request (setllm.core.packed_attention)."""
-    import setllm.core.runtime as runtime
+    """Generation's prefill: scoring runs its own attention per request (setllm.core.attention.packed_attention)."""
+    import setllm.core.forward.runtime as runtime
     from setllm.loading import options as load_options
 
     assert load_options.LONG_PROMPT_TOKENS == runtime.FLEX_FROM["cpu"]  # the --help text says the real threshold
@@ -209,7 +209,7 @@ def test_auto_attention_takes_flex_for_long_prompts_only(model_dir, monkeypatch)
 
 def test_decoding_renders_one_mask_row_per_step(sharp, monkeypatch):
     """After a long set prompt each decoding step renders a [B, 1, 1, K] mask, not K x K."""
-    import setllm.core.runtime as runtime
+    import setllm.core.forward.runtime as runtime
 
     shapes = []
     real = runtime.render

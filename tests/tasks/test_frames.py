@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from setllm.cli import main
-from setllm.core.templates import held_out_prompt
+from setllm.core.text.templates import held_out_prompt
 from setllm.generators.frames import (
     FRAME_NAMES,
     FRAMES,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from setllm.core.prompt import Set
-from setllm.core.templates import response_text
+from setllm.core.text.prompt import Set
+from setllm.core.text.templates import response_text
 from setllm.io.records import DataError, MCRecord
 from setllm.tasks import CUSTOM, TASKS, get_task, load_records
 

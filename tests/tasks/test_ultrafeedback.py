@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from setllm.core.prompt import Set
+from setllm.core.text.prompt import Set
 from setllm.tasks.ultrafeedback import instruction_pair
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "train" / "ultra_sets.jsonl"

@@ -8,13 +8,8 @@ import pytest
 import torch
 from tiny import run_cli, same_weights, tiny_model, tiny_tokenizer
 
-from setllm.core.families import UnsupportedModelError, check_model
-from setllm.core.variants import (
-    ATTENTION_BACKENDS,
-    attention_problem,
-    check_attention,
-    get_variant,
-)
+from setllm.core.layout.variants import ATTENTION_BACKENDS, attention_problem, check_attention, get_variant
+from setllm.core.model.families import UnsupportedModelError, check_model
 from setllm.errors import InputError
 from setllm.loading import load_model
 from setllm.training import TrainConfig
@@ -65,7 +60,7 @@ def test_training_loss_and_gradients_match_eager(attn):
     under the set mask. (Flex has no backward on CPU: its loss is checked, its gradients are
     CUDA's; the block mask it compiles is the one ``tests/core`` checks.)"""
     from setllm.api import SetLLM
-    from setllm.core.prompt import Set, as_prompt
+    from setllm.core.text.prompt import Set, as_prompt
     from setllm.training.collator import SetCollator, featurize
     from setllm.training.examples import Example
 

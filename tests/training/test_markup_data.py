@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from setllm.core.prompt import Set, parse_markup
+from setllm.core.text.prompt import Set, parse_markup
 from setllm.io.records import DataError
 from setllm.training.examples import load_examples
 

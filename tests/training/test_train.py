@@ -20,10 +20,10 @@ from transformers import TrainerCallback
 
 from setllm.api import SetLLM
 from setllm.cli import main
-from setllm.core.batch import collate
-from setllm.core.prompt import Set, as_prompt
-from setllm.core.runtime import attention_mask
-from setllm.core.variants import VARIANTS
+from setllm.core.forward.runtime import attention_mask
+from setllm.core.layout.variants import VARIANTS
+from setllm.core.text.prompt import Set, as_prompt
+from setllm.core.tokens.batch import collate
 from setllm.errors import InputError
 from setllm.io.records import DataError
 from setllm.loading import EMBEDDED_HUB_ID
@@ -85,7 +85,7 @@ def test_only_response_tokens_carry_loss():
 
 def lm_logits_with_eos(lm: SetLLM, ex: Example, resp: list[int]) -> torch.Tensor:
     """Inference-path logits over prompt + response ids (EOS included), one unpadded row."""
-    from setllm.core.runtime import forward
+    from setllm.core.forward.runtime import forward
 
     b = collate([lm.encode(ex.prompt)], lm.variant.positions, lm.pad_id, responses=[resp])
     return forward(lm.model, lm.variant, b.input_ids, b.position_ids, b.layout).logits[0]
@@ -126,7 +126,7 @@ def test_collator_matches_inference_encoder(variant):
 
 
 def lm_logits_batch(lm, batch):
-    from setllm.core.runtime import forward
+    from setllm.core.forward.runtime import forward
     from setllm.training.collator import layout_of
 
     return forward(lm.model, lm.variant, batch["input_ids"], batch["position_ids"], layout_of(batch)).logits

@@ -126,7 +126,7 @@ def _answer_file(args: argparse.Namespace) -> int:
 
     def fit(lm, row):
         """A row whose prompt with the longest answer does not fit the model is named, with the part to shorten."""
-        from ..core.prompt import PromptError, PromptTooLong
+        from ..core.text.prompt import PromptError, PromptTooLong
         from ..io.records import DataError
         from .common import longest_part
 

@@ -344,11 +344,11 @@ def check_fit(lm, row: dict, asks, parts: dict) -> None:
     its longest response) do not fit the model's context, with a
     :class:`setllm.io.records.DataError` naming the row (``file:line`` and id) and, where it is too
     long, the longest of its ``parts`` (name -> text, or list of texts): the one to shorten."""
-    from ..core.prompt import PromptError, PromptTooLong
+    from ..core.text.prompt import PromptError, PromptTooLong
     from ..io.records import DataError
 
     for prompt, responses in asks:
-        try:  # the fit rule the scoring driver applies (setllm.core.fit.check_fits)
+        try:  # the fit rule the scoring driver applies (setllm.core.model.fit.check_fits)
             lm.score_request(prompt, responses)
         except PromptError as e:
             hint = f"; {longest_part(lm, parts)}" if isinstance(e, PromptTooLong) else ""

@@ -45,7 +45,7 @@ def _choose_parser(sub):
 
 
 def _generate_parser(sub):
-    from ..core.generation import GenerationConfig
+    from ..core.forward.generation import GenerationConfig
 
     p = add_command(sub, "generate", [GenerationConfig, LoadOptions], help="generate a response to a set prompt",
                     description="Generate text for a set prompt given as JSON (--prompt-file F.json) or inline markup (--prompt, or a non-.json file).")
@@ -109,7 +109,7 @@ def _choose_file(args: argparse.Namespace) -> int:
         return answer
 
     def fit(lm, row):
-        from ..core.templates import mc_prompt
+        from ..core.text.templates import mc_prompt
 
         asks = [(mc_prompt(row["question"], row["options"], row["context"]), row["options"])]
         check_fit(lm, row, asks, {"question": row["question"], "context": row["context"], "options": row["options"]})
@@ -136,7 +136,7 @@ def _choose_row(obj: object, where: str) -> dict:
 
 
 def read_prompt(args: argparse.Namespace):
-    from ..core.prompt import from_json, parse_markup
+    from ..core.text.prompt import from_json, parse_markup
 
     if args.prompt is not None:
         return parse_markup(args.prompt)
@@ -147,17 +147,17 @@ def read_prompt(args: argparse.Namespace):
 
 
 def refuse_a_final_set(prompt, plan) -> None:
-    """The codec's refusal of a prompt that ends with a set (:meth:`setllm.core.codec.Codec.prepare`),
+    """The codec's refusal of a prompt that ends with a set (:meth:`setllm.core.tokens.codec.Codec.prepare`),
     said before the model loads: it depends only on the reading the load will give. The answer
     would be read from inside whichever element comes last; chat mode's template adds text after."""
-    from ..core import codec
-    from ..core.variants import get_variant
+    from ..core.layout.variants import get_variant
+    from ..core.tokens import codec
 
     codec.refuse_a_final_set(prompt, get_variant(plan.reading.variant), plan.reading.chat)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..core.generation import GenerationConfig
+    from ..core.forward.generation import GenerationConfig
 
     prompt = read_prompt(args)  # parse first: a bad prompt should not wait for the model
     config = config_from_args(GenerationConfig, args)

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..core.variants import VARIANTS
+from ..core.layout.variants import VARIANTS
 from ..errors import SetLLMWarning
 from ..io.records import DataError
 from ..tasks import TASKS, column

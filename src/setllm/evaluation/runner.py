@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.fingerprint import weights_fingerprint
-from ..core.values import OptionScore
+from ..core.forward.values import OptionScore
+from ..core.model.fingerprint import weights_fingerprint
 from ..errors import InputError, SetLLMError
 from ..io import rundir
 from ..io.records import MCRecord

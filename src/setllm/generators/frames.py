@@ -1,7 +1,7 @@
 """Multiple-choice questions in several training frames: one seeded generator.
 
 A choose adapter trained on the paper's template alone learns that template: on the
-held-out template (:data:`setllm.core.templates.HELD_OUT`) the shipped one kept about half
+held-out template (:data:`setllm.core.text.templates.HELD_OUT`) the shipped one kept about half
 its gain (docs/experiments/training-adapters.md). :data:`FRAMES` asks the same records in other
 wordings, each with the options as one set; a mix drawn from them and the task's own
 template (:data:`MODIFIED`) is meant to teach choosing among a set rather than one template
@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..core.prompt import SetPrompt
-from ..core.templates import Frame
+from ..core.text.prompt import SetPrompt
+from ..core.text.templates import Frame
 from ..io.records import DataError, MCRecord, subset
 from ..tasks.base import MCTask
 from .base import GeneratorConfig

@@ -1,7 +1,7 @@
 """The ``setllm`` model of lm-evaluation-harness: lm-eval's three request kinds answered by
 setllm's own ladder, ``encode -> prefill -> score`` and ``prefill -> generate``.
 
-A context that carries inline markup (``{{a||b||c}}``, :mod:`setllm.core.prompt`) is read as a set
+A context that carries inline markup (``{{a||b||c}}``, :mod:`setllm.core.text.prompt`) is read as a set
 prompt under the variant; any other context is plain text, tokenized exactly as lm-eval's
 ``--model hf`` tokenizes it (context and continuation joined, then split), so
 ``variant=causal-pe`` reproduces ``--model hf``. Requests that share a context are scored
@@ -28,10 +28,10 @@ from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
 from ..api import SCORING_WINDOW, SetLLM
-from ..core import generation, scoring
-from ..core.encoding import EncodedPrompt
-from ..core.fit import context_length
-from ..core.prompt import parse_markup
+from ..core.forward import generation, scoring
+from ..core.model.fit import context_length
+from ..core.text.prompt import parse_markup
+from ..core.tokens.encoding import EncodedPrompt
 from ..errors import InputError, OptionError, SetLLMWarning
 from ..loading.options import LoadOptions
 from ..loading.plan import plan_load
@@ -222,7 +222,7 @@ class SetLLMLM(TemplateLM):
             # on its own it would be a token of its own that running text never has.
             stripped = context.rstrip()
             continuation, context = context[len(stripped):] + continuation, stripped
-            # Each part is tokenized on its own, as setllm scores a response (setllm.core.codec).
+            # Each part is tokenized on its own, as setllm scores a response (setllm.core.tokens.codec).
             enc, cont = self.llm.encode(parse_markup(context)), self.llm.codec.tokenize(continuation)
         elif context == "":
             cont = self.tok_encode(continuation, add_special_tokens=False)

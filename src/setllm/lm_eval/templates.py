@@ -10,14 +10,14 @@ them as ``!function setllm.lm_eval.templates.NAME``.
 
 from __future__ import annotations
 
-from ..core.prompt import SetPrompt
+from ..core.text.prompt import SetPrompt
 from ..io.records import parse_record
 from ..tasks import TASKS
 from ..tasks.base import OPTION_SET, Rendered
 
 
 def markup(prompt: SetPrompt) -> str:
-    """A prompt as inline markup that keeps newlines readable (:func:`setllm.core.prompt.to_markup`
+    """A prompt as inline markup that keeps newlines readable (:func:`setllm.core.text.prompt.to_markup`
     escapes them too): only backslashes, braces and bars are escaped."""
 
     def esc(s: str) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from ..core.families import default_attention
-from ..core.variants import check_attention
+from ..core.layout.variants import check_attention
+from ..core.model.families import default_attention
 from ..errors import ModelLoadError
 from .adapters import apply_adapter, base_key, check_adapter, recorded_base
 from .checks import check_model_files
@@ -84,7 +84,7 @@ def load_as(plan: LoadPlan, adapter: bool = True):
     device, attention: ``auto`` is sdpa, switched to flex attention for long prompts), with
     its adapter on it, unmerged (``adapter=False``: none): the one way the library, the CLI
     and the server load."""
-    from ..core.runtime import use_auto_attention
+    from ..core.forward.runtime import use_auto_attention
 
     options = plan.options
     apply_threads(options.threads)  # before loading: loading and every forward run on them
@@ -96,7 +96,7 @@ def load_as(plan: LoadPlan, adapter: bool = True):
     if auto:
         use_auto_attention(net)
     if options.cuda_graphs:
-        from ..core import graphs
+        from ..core.forward import graphs
 
         graphs.enable(net)  # refused where the model is not on CUDA
     return net, tok

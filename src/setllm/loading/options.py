@@ -8,14 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import get_args, get_type_hints
 
-from ..core.variants import (
-    ATTENTION_BACKENDS,
-    FLEX_FROM,
-    LONG_PROMPT_TOKENS,
-    VARIANTS,
-    check_attention,
-    get_variant,
-)
+from ..core.layout.variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, VARIANTS, check_attention, get_variant
 from ..errors import InputError, OptionError
 
 THREADS_ENV = "SETLLM_THREADS"

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.variants import Variant, get_variant
+from ..core.layout.variants import Variant, get_variant
 from ..errors import SetLLMWarning
 from .adapters import Origin
 from .options import LoadOptions, threads_from_env

@@ -10,7 +10,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.variants import DEFAULT_VARIANT, VARIANTS
+from ..core.layout.variants import DEFAULT_VARIANT, VARIANTS
 from ..errors import ModelLoadError, SetLLMWarning
 
 METADATA_FILE = "setllm.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.variants import Variant, get_variant
+from ..core.layout.variants import Variant, get_variant
 from ..errors import InputError
 from .sources import DEFAULT_MODEL, canonical_name
 

@@ -3,7 +3,7 @@ it gets alone, on this machine. One object, :class:`BatchingCheck`, runs it and 
 batching the server does meanwhile and after.
 
 By construction a batch never moves a bit (the scoring driver gives every forward a shape
-fixed by the request alone: :mod:`setllm.core.scoring`); the check guards that construction
+fixed by the request alone: :mod:`setllm.core.forward.scoring`); the check guards that construction
 against kernels that would break it. Its verdict is a property of the kernels (CPU model,
 torch build, thread count, dtype, device) and of the shapes the model gives them
 (architecture, variant), not of the moment the server starts. So the first server on a
@@ -30,7 +30,7 @@ import torch
 
 from .. import __version__
 from ..core import doccache
-from ..core.templates import mc_prompt
+from ..core.text.templates import mc_prompt
 from ..errors import InputError
 from ..loading.convert import cache_dir
 from .engine import Engine, Engines, ScoreJob

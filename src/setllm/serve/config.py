@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..core.doccache.options import cache_dir_field, cache_dir_mb_field, cache_mb_field, check_flags
 from ..errors import InputError
+from .errors import BadRequest
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -117,6 +118,23 @@ class ServeConfig:
         """How long a stop waits for accepted requests: ``--drain-s``, else as long as any
         request may take (``--timeout-s``) plus a little for its answer to go out."""
         return self.drain_s if self.drain_s is not None else self.timeout_s + 1.0
+
+    # The request limits, checked where a request is read (the routes, the structured and tool paths alike).
+    def check_elements(self, prompt) -> None:
+        """A prompt of more set elements than ``--max-set-elements`` is a 400."""
+        n = sum(len(s) for s in prompt.sets)
+        if n > self.max_set_elements:
+            raise BadRequest(f"prompt: at most {self.max_set_elements} set elements per prompt (--max-set-elements), got {n}")
+
+    def check_options(self, options) -> None:
+        """More options (or candidates) than ``--max-options`` is a 400."""
+        if len(options) > self.max_options:
+            raise BadRequest(f"options: at most {self.max_options} per request (--max-options), got {len(options)}")
+
+    def check_new_tokens(self, n: int, field: str = "max_new_tokens") -> None:
+        """More new tokens than ``--max-generate-tokens`` is a 400 naming the request's ``field``."""
+        if n > self.max_generate_tokens:
+            raise BadRequest(f"{field}: at most {self.max_generate_tokens} on this server (--max-generate-tokens), got {n}")
 
 
 def _at_least(flag: str, value, low: int) -> None:

@@ -1,6 +1,6 @@
 """What the body of a POST route holds for the document cache, declared on its handler, under
 its ``@router.post``: the set prompts the handler reads the body as (:func:`prompts`, built by
-what the handler itself calls: the verbs of :mod:`setllm.verbs`, :func:`setllm.core.prompt.as_prompt`),
+what the handler itself calls: the verbs of :mod:`setllm.verbs`, :func:`setllm.core.text.prompt.as_prompt`),
 or no documents a cache keeps (:data:`no_documents`).
 
 The single server has no use for it; ``--replicas`` reads it to send a request to the replica
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..core.prompt import SetPrompt
+from ..core.text.prompt import SetPrompt
 
 Read = Callable[[dict[str, Any]], list[SetPrompt]]  # a body (parsed JSON) -> the set prompts it is read as
 Handler = TypeVar("Handler", bound=Callable[..., Any])

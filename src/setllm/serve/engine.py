@@ -1,13 +1,13 @@
 """The model side of the server: requests become token layouts, scoring requests run
-together through :func:`setllm.core.scoring.score_requests`, generation runs one prompt at a time.
+together through :func:`setllm.core.forward.scoring.score_requests`, generation runs one prompt at a time.
 
 Everything here runs on the one model thread (:mod:`.worker`): the batcher makes one forward
 at a time of what is queued (a second forward at once would only split the same cores, and
 batching is what fills them), and a fast tokenizer is not safe for concurrent use. The model
-itself could serve several threads: no call changes it (:mod:`setllm.core.install`).
+itself could serve several threads: no call changes it (:mod:`setllm.core.model.install`).
 
 A batch never changes a request's scores, not even in the last bit: the scoring driver
-gives every forward a shape fixed by the request alone (see :mod:`setllm.core.scoring`), so a
+gives every forward a shape fixed by the request alone (see :mod:`setllm.core.forward.scoring`), so a
 request computes the same kernels alone as among others, on any CPU. Requests with the
 same encoded prompt (in exact mode: every ordering of one question) share one prefill,
 and equal options one row. :class:`.batch_check.BatchingCheck` checks the construction (once
@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 import torch
 
-from ..core import scoring
-from ..core.encoding import EncodedPrompt
-from ..core.generation import GenerationConfig, eos_ids
-from ..core.prompt import SetPrompt
+from ..core.forward import scoring
+from ..core.forward.generation import GenerationConfig, eos_ids
+from ..core.text.prompt import SetPrompt
+from ..core.tokens.encoding import EncodedPrompt
 from ..readouts import JudgeRow, candidate_scores
 from . import warned
 from .errors import ApiError, BadRequest, Internal, TooLong, as_api_error, one_line
@@ -85,6 +85,7 @@ class CallJob:
 
     run: Callable[[Any], Any]
     model: str = "main"
+    prompt: SetPrompt | None = None  # the prompt it reads, sized against --max-prompt-tokens before it runs
 
 
 @dataclass(frozen=True)
@@ -264,9 +265,11 @@ class Engine:
 
     # -- preparing: everything that can be the request's own fault --------------------------
     def prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob | CallJob, limit: bool = True) -> _Prepared:
+        limit = self.max_prompt_tokens if limit else None
+        if isinstance(job, CallJob) and job.prompt is not None:  # its prompt's size is the request's own fault: a 413 as a plain request's
+            self._within(self._encode(job.prompt), limit)
         if isinstance(job, (JudgeJob, CallJob)):  # prepared as it runs (a judge's asks: _score_asks; a call: the library's)
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
-        limit = self.max_prompt_tokens if limit else None
         if isinstance(job, GenerateJob):
             request = self.lm.generate_request(self._within(self._encode(job.prompt), limit), job.config, job.field)
             return _Prepared(index, request.prompt, key=self._lone_key())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from ..core.prompt import PromptTooLong
+from ..core.text.prompt import PromptTooLong
 from ..errors import SetLLMError
 
 

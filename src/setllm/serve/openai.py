@@ -1,6 +1,7 @@
-"""The OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions``,
-``/v1/responses`` (text) and ``/v1/models``, their request and response bodies, their streams
-(server-sent events, :mod:`.streaming`), and what of OpenAI's API they honour.
+"""The OpenAI-compatible endpoints: ``/v1/completions``, ``/v1/chat/completions`` and
+``/v1/models``, their request and response bodies, their streams (server-sent events,
+:mod:`.streaming`), and what of OpenAI's API they honour; the pieces every OpenAI route shares
+(``/v1/responses`` too, :mod:`.responses`).
 
 A text prompt may carry setllm markup (``{{a||b}}`` makes a set); token ids are read as plain
 text. pydantic resolves the (postponed) annotations in this module's namespace, so every type
@@ -20,8 +21,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from ..core.prompt import SetPrompt, as_prompt
-from ..core.values import GenerationConfig
+from ..core.forward.values import GenerationConfig
+from ..core.text.prompt import SetPrompt, as_prompt
 from ..errors import SetLLMWarning
 from . import declare, structured, tools
 from .errors import BadRequest, meant, printable
@@ -30,7 +31,7 @@ from .schemas import TOP_P_MIN, Count, Count0, Count1, Number, OpenAIStop, OpenA
 from .streaming import DONE, Chunks, Started, sse, streamed
 
 router = APIRouter()
-IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored (:func:`_name_ignored`)
+IGNORED_HEADER = "setllm-ignored-fields"  # the request's fields this server does not know and ignored (:func:`name_ignored`)
 MAX_UNKNOWN_FIELDS = 64  # more unknown fields in one body: 422 (no client of OpenAI's API sends that many)
 IGNORED_HEADER_BYTES = 1024  # the header names the first fields that fit; the rest are counted
 
@@ -131,7 +132,7 @@ class CompletionResponse(BaseModel):
 
 class ContentPart(BaseModel):
     """One of OpenAI's content parts: a text part (``{"type": "text", "text": ...}``) reads as
-    its text; any other kind is refused with a 400 naming it (:func:`_parts_text`)."""
+    its text; any other kind is refused with a 400 naming it (:func:`parts_text`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -155,7 +156,7 @@ class ChatMessage(BaseModel):
         """The message with its content as one string (``where``: its field, for the error)."""
         data = self.model_dump()
         if isinstance(self.content, list):
-            data["content"] = _parts_text(f"{where}.content", [p.model_dump() for p in self.content], ("text",))
+            data["content"] = parts_text(f"{where}.content", [p.model_dump() for p in self.content], ("text",))
         return data
 
 
@@ -197,22 +198,6 @@ class ChatResponse(BaseModel):
     usage: Usage
 
 
-class ResponsesRequest(OpenAIRequest):
-    """``POST /v1/responses`` (OpenAI's Responses API, text only): ``input`` a string or a list
-    of messages (``{"role", "content"}``, content a string or ``input_text``/``output_text``
-    parts), ``instructions`` a system message before them; read as chat is."""
-
-    input: Annotated[str | list[dict], Field(min_length=1), WithJsonSchema(  # as enforced; one message, not one per branch
-        {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "object"}, "minItems": 1}]})]
-    instructions: str | None = None
-    max_output_tokens: Count1 | None = None
-    tools: list | None = None
-    tool_choice: Any = None
-    text: dict | None = None
-    previous_response_id: str | None = None
-    conversation: Any = None
-
-
 # field -> (the one value we honour, why); the routes refuse any other value with a 400.
 UNSUPPORTED = {
     "n": (1, "only n=1 is supported"),
@@ -234,19 +219,19 @@ async def completions(body: CompletionRequest, request: Request, response: Respo
     server-sent chunks, ``data: [DONE]`` last."""
     service = request.app.state.service
     shape = structured.vllm_constraint(body)  # before the ignored fields are named: vLLM's are read
-    _name_ignored(body, response)
-    _refuse_unsupported(body, COMPLETION_UNSUPPORTED)
+    name_ignored(body, response)
+    refuse_unsupported(body, COMPLETION_UNSUPPORTED)
     if body.max_tokens == 0 and not body.echo:
         raise BadRequest("max_tokens: 0 generates nothing; it is only useful with echo: true")
     if shape is not None and (body.echo or body.logprobs is not None or body.max_tokens == 0):
         raise BadRequest("structured_outputs: not with echo, logprobs or max_tokens 0")
     prompts = _prompt_list(body.prompt)
-    config = _generation_config(body, body.max_tokens or 0) if body.max_tokens != 0 else None
-    generate = _generation(service, shape)
+    config = config_of(body, body.max_tokens or 0) if body.max_tokens != 0 else None
+    generate = generator_for(service, shape)
     if body.stream:
         service.check_prompts(len(prompts))
         jobs = [lambda sink, p=p: generate(p, config, "max_tokens", body.logprobs, body.echo, body.model, stream=sink) for p in prompts]
-        return await _streamed(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
+        return await stream_jobs(jobs, _CompletionChunks(body, service.answered_by(body.model)), response)
     outs = await service.generate_all(prompts, config, "max_tokens", body.logprobs, body.echo, body.model, using=generate)
     choices = [CompletionChoice(text=(out.prompt_text if body.echo else "") + out.text, index=i, finish_reason=out.finish_reason,
                                 logprobs=_legacy_logprobs(out) if body.logprobs is not None else None) for i, out in enumerate(outs)]
@@ -262,19 +247,19 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
     ``stream``: server-sent ``chat.completion.chunk`` objects, ``data: [DONE]`` last."""
     service = request.app.state.service
     shape = structured.chat_constraint(body)  # before the ignored fields are named: vLLM's are read
-    _name_ignored(body, response)
-    _refuse_unsupported(body, CHAT_UNSUPPORTED)
+    name_ignored(body, response)
+    refuse_unsupported(body, CHAT_UNSUPPORTED)
     offer = tools.offered(body)
     shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
     prompt = service.chat([*shown, *tools.as_template([m.as_text(f"messages[{i}]") for i, m in enumerate(body.messages)])], body.model)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    config = _generation_config(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
-    generate = _generation(service, shape)
+    config = config_of(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
+    generate = generator_for(service, shape)
     if offer is not None:  # a call, or (auto, none) the text answer
         generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
         job = lambda sink: generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
-        return await _streamed([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)
+        return await stream_jobs([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)
     out = await generate(prompt, config, field, adapter=body.model)
     calls = getattr(out, "tool_calls", None)
     message = AssistantMessage(content=None if calls else out.text, tool_calls=calls)
@@ -284,7 +269,7 @@ async def chat_completions(body: ChatRequest, request: Request, response: Respon
 
 
 # -- streams (:mod:`.streaming`) ------------------------------------------------------------
-class _Chunks(Chunks):
+class OpenAIChunks(Chunks):
     """An OpenAI route's stream: one ``id`` and ``created`` for every chunk; with
     ``stream_options.include_usage`` a last chunk holds the usage (``choices: []``, and
     ``usage: null`` in every other chunk), then ``data: [DONE]``."""
@@ -302,12 +287,12 @@ class _Chunks(Chunks):
         raise NotImplementedError
 
 
-def _streamed(jobs: list, chunks: Chunks, response: Response):
+def stream_jobs(jobs: list, chunks: Chunks, response: Response):
     """:func:`.streaming.streamed`, naming the ignored fields as an answer not streamed does."""
     return streamed(jobs, chunks, {k: v for k, v in response.headers.items() if k == IGNORED_HEADER})
 
 
-class _CompletionChunks(_Chunks):
+class _CompletionChunks(OpenAIChunks):
     """``/v1/completions``: a ``text_completion`` chunk per piece; each choice's last carries its
     ``finish_reason`` and, with ``logprobs``, every token's log-probs (computed after the text by
     the scoring driver, as for a request not streamed); with ``echo`` the prompt comes first."""
@@ -334,7 +319,7 @@ class _CompletionChunks(_Chunks):
         return [self.choice(index, last, logprobs, out.finish_reason)]
 
 
-class _ChatChunks(_Chunks):
+class _ChatChunks(OpenAIChunks):
     """``/v1/chat/completions``: ``chat.completion.chunk`` objects: the assistant's role first,
     a ``delta`` per piece, then an empty ``delta`` with the ``finish_reason``."""
 
@@ -359,7 +344,7 @@ class _ChatChunks(_Chunks):
         return [*([self.delta({"content": last})] if last else []), self.delta({}, out.finish_reason)]
 
 
-def _generation(service, shape):
+def generator_for(service, shape):
     """How a route generates: the service's batched generation, or the structured answer under
     ``shape`` (not shown to the model: the embedded 135M model answers worse with a JSON schema
     in its prompt, docs/structured.md)."""
@@ -369,7 +354,7 @@ def _generation(service, shape):
         service, prompt, shape, config, field, adapter, stream)
 
 
-def _generation_config(body, max_tokens: int) -> GenerationConfig:
+def config_of(body, max_tokens: int) -> GenerationConfig:
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return GenerationConfig(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=stop)
 
@@ -388,65 +373,7 @@ def _legacy_logprobs(out) -> CompletionLogprobs:
                               top_logprobs=[t.top for t in out.tokens], text_offset=offsets)
 
 
-@router.post("/v1/responses", response_model=None, responses=ERRORS)
-@declare.no_documents  # its input is text, no set
-async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
-    """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
-    messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
-    ``response.incomplete`` when ``max_output_tokens`` ran out) last; ``tools``: a
-    ``function_call`` item (:mod:`.tools`). No stored state."""
-    service = request.app.state.service
-    _name_ignored(body, response)
-    _refuse_unsupported(body, UNSUPPORTED)
-    _refuse_unsupported_responses(body)
-    shape = structured.responses_constraint(body)
-    offer = tools.offered(body)
-    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
-    prompt = service.chat([*shown, *tools.as_template(_responses_messages(body))], body.model)
-    config = _generation_config(body, body.max_output_tokens or service.config.max_generate_tokens)
-    events = tools.ResponseToolEvents(_ResponseEvents(body, service.answered_by(body.model)))
-    generate = _generation(service, shape)
-    if offer is not None:  # a call, or (auto, none) the text answer
-        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
-    if body.stream:
-        job = lambda sink: generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
-        return await _streamed([job], events, response)
-    out = await generate(prompt, config, "max_output_tokens", adapter=body.model)
-    return events.response(out)
-
-
-def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
-    if body.previous_response_id is not None or body.conversation is not None:
-        field = "previous_response_id" if body.previous_response_id is not None else "conversation"
-        raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
-
-
-def _responses_messages(body: ResponsesRequest) -> list[dict]:
-    """``instructions`` and ``input`` as chat messages (the Responses API's text items)."""
-    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    if isinstance(body.input, str):
-        return [*system, {"role": "user", "content": body.input}]
-    return [*system, *(_input_message(i, item) for i, item in enumerate(body.input))]
-
-
-def _input_message(i: int, item: dict) -> dict:
-    kind, role, content = item.get("type", "message"), item.get("role"), item.get("content")
-    if kind in tools.CALL_ITEMS:
-        return tools.CALL_ITEMS[kind](item)
-    if kind != "message" or role not in ("user", "assistant", "system", "developer"):
-        raise BadRequest(f"input[{i}]: only text messages (role user, assistant, system or developer) are supported, "
-                         f"got {'type ' + repr(kind) if kind != 'message' else 'role ' + repr(role)}")
-    if isinstance(content, str):
-        return {"role": role, "content": content}
-    if not isinstance(content, list) or any(not isinstance(p, dict) for p in content):
-        raise BadRequest(f"input[{i}].content: a string or a list of text parts ({', '.join(TEXT_PARTS)})")
-    return {"role": role, "content": _parts_text(f"input[{i}].content", content, TEXT_PARTS)}
-
-
-TEXT_PARTS = ("input_text", "output_text", "text")
-
-
-def _parts_text(where: str, parts: list[dict], kinds: tuple[str, ...]) -> str:
+def parts_text(where: str, parts: list[dict], kinds: tuple[str, ...]) -> str:
     """Content parts as their text, joined: only text parts (``kinds``); another kind (an
     image, audio, a file) is a 400 naming it, never read as nothing."""
     other = sorted({repr(p.get("type")) for p in parts if p.get("type") not in kinds})
@@ -458,72 +385,6 @@ def _parts_text(where: str, parts: list[dict], kinds: tuple[str, ...]) -> str:
     return "".join(p["text"] for p in parts)
 
 
-class _ResponseEvents(_Chunks):
-    """The Responses API's objects and stream: ``response.created`` and ``in_progress``, the
-    message item and its text part added, ``response.output_text.delta`` per piece, the text,
-    part and item done, then ``response.completed`` (``response.incomplete`` when the tokens ran
-    out), each an ``event:`` of its own with a ``sequence_number``, as OpenAI sends them."""
-
-    def __init__(self, body: ResponsesRequest, model: str):
-        super().__init__(body, model, "resp_")
-        self.item_id, self.sequence = f"msg_{uuid.uuid4().hex}", 0
-
-    def event(self, kind: str, **data: Any) -> bytes:
-        data = {"type": kind, "sequence_number": self.sequence, **data}
-        self.sequence += 1
-        return sse(data, event=kind)
-
-    def response(self, text: str | None, out=None) -> dict:
-        """The response object: in progress (``text`` None), else completed or incomplete."""
-        status = "in_progress" if text is None else "incomplete" if out.finish_reason == "length" else "completed"
-        output = [] if text is None else [self.message(text, "completed" if status == "completed" else "incomplete")]
-        usage = None if out is None else {"input_tokens": out.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
-                                          "output_tokens": out.n_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-                                          "total_tokens": out.prompt_tokens + out.n_tokens}
-        b = self.body
-        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.model,
-                "output": output, "usage": usage, "error": None,
-                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-                "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "parallel_tool_calls": False,
-                "temperature": b.temperature, "top_p": b.top_p, "tool_choice": b.tool_choice or "auto", "tools": [],
-                "text": b.text or {"format": {"type": "text"}}, "truncation": "disabled", "store": False, "metadata": {}, "reasoning": None,
-                "previous_response_id": None}
-
-    def message(self, text: str, status: str) -> dict:
-        return {"id": self.item_id, "type": "message", "role": "assistant", "status": status, "content": [self.part(text)]}
-
-    @staticmethod
-    def part(text: str) -> dict:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-    def at(self) -> dict:
-        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-
-    def started(self, index: int, event: Started) -> list[bytes]:
-        begun = self.response(None)
-        return [self.event("response.created", response=begun), self.event("response.in_progress", response=begun),
-                self.event("response.output_item.added", output_index=0,
-                           item={"id": self.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}),
-                self.event("response.content_part.added", **self.at(), part=self.part(""))]
-
-    def piece(self, index: int, text: str) -> bytes:
-        return self.event("response.output_text.delta", **self.at(), delta=text, logprobs=[])
-
-    def finished(self, index: int, out, last: str) -> list[bytes]:
-        done = self.response(out.text, out)
-        return [*([self.piece(index, last)] if last else []),
-                self.event("response.output_text.done", **self.at(), text=out.text, logprobs=[]),
-                self.event("response.content_part.done", **self.at(), part=self.part(out.text)),
-                self.event("response.output_item.done", output_index=0, item=done["output"][0]),
-                self.event(f"response.{done['status']}", response=done)]
-
-    def failed(self, err) -> bytes:
-        return self.event("error", code=str(err.status), message=err.message, param=None)
-
-    def tail(self, outs: list) -> list[bytes]:
-        return []  # the Responses API ends with its terminal event, no [DONE]
-
-
 @router.get("/v1/models")
 async def models(request: Request) -> dict:
     """OpenAI's model list (clients ask for it on start-up): the model served, then each
@@ -532,7 +393,7 @@ async def models(request: Request) -> dict:
     return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "setllm"} for name in served]}
 
 
-def _name_ignored(body: OpenAIRequest, response: Response) -> None:
+def name_ignored(body: OpenAIRequest, response: Response) -> None:
     """Name the fields this server ignored in :data:`IGNORED_HEADER` (none: no header), each
     percent-encoded (a JSON name may hold any character; a header only some), comma-separated,
     at most :data:`IGNORED_HEADER_BYTES` (then ``+N more``); a name close to a field this
@@ -558,7 +419,7 @@ def _listed(names: list[str], limit: int) -> str:
     return text
 
 
-def _refuse_unsupported(body, fields: dict) -> None:
+def refuse_unsupported(body, fields: dict) -> None:
     for name, (ok, why) in fields.items():
         value = getattr(body, name)
         if value == ok or (name == "logit_bias" and not value) or (name == "best_of" and value == 1):

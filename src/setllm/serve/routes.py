@@ -18,9 +18,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from .. import verbs
-from ..core.prompt import as_prompt
-from ..core.values import GenerationConfig
-from . import declare, openai
+from ..core.forward.values import GenerationConfig
+from ..core.text.prompt import as_prompt
+from . import declare, openai, responses
 from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
@@ -131,5 +131,5 @@ async def metrics(request: Request) -> PlainTextResponse:
 
 # Every API router, as the app serves them (:mod:`.app`) and ``--replicas`` reads their
 # declarations (:mod:`.ray.documents`): setllm's own endpoints, then the OpenAI-compatible ones.
-ROUTERS = (router, openai.router)
-OPENAI_PATHS = frozenset(r.path for r in openai.router.routes)  # their errors are OpenAI's error object (.errors.body)
+ROUTERS = (router, openai.router, responses.router)
+OPENAI_PATHS = frozenset(r.path for r in (*openai.router.routes, *responses.router.routes))  # their errors are OpenAI's error object (.errors.body)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from ..core.variants import VARIANTS
+from ..core.layout.variants import VARIANTS
 from ..readouts import DEFAULT_READOUT, READOUTS
 
 ReadoutName = Literal[tuple(READOUTS)]  # type: ignore[valid-type]  # 422 names the choices
@@ -66,7 +66,7 @@ PROMPT_HELP = 'a set prompt: markup text ("Q:\\n{{a\\n||b\\n}}Answer:") or a lis
 
 def _prompt_form(value: Any) -> Any:
     """One clear message for a prompt of the wrong type (a union would list one per branch);
-    what a list holds is the library's to check (:func:`setllm.core.prompt.as_prompt`)."""
+    what a list holds is the library's to check (:func:`setllm.core.text.prompt.as_prompt`)."""
     if isinstance(value, (str, list)):
         return value
     raise ValueError(f"must be {PROMPT_HELP}")

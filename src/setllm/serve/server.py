@@ -21,7 +21,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..core import doccache
-from ..core.variants import get_variant
+from ..core.layout.variants import get_variant
 from ..errors import InputError
 from . import guard
 from .config import ServeConfig

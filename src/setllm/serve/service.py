@@ -16,10 +16,10 @@ from typing import Any
 
 from .. import verbs
 from ..core import doccache
-from ..core.chat import chat_prompt
 from ..core.doccache.stats import gauges
-from ..core.prompt import SetPrompt, parse_markup, template_prompt
-from ..core.values import GenerationConfig
+from ..core.forward.values import GenerationConfig
+from ..core.text.chat import chat_prompt
+from ..core.text.prompt import SetPrompt, parse_markup, template_prompt
 from ..loading import Origin
 from ..loading.plan import DOCUMENTS
 from ..policy import verdict
@@ -178,14 +178,14 @@ class Service:
     async def score(self, prompt: SetPrompt, options: Sequence[str], adapter: str | None = None, variant: str | None = None) -> Scores:
         """``adapter``: the model a request named (None: the main one; see :meth:`engine_key`);
         ``variant``: the reading it asked for (None: that model's own)."""
-        self._check_elements(prompt)
+        self.config.check_elements(prompt)
         return await self.batcher.submit(ScoreJob(prompt, tuple(options), self.engine_key(adapter, variant=variant)))
 
     async def choose(self, question: str, options: Sequence[str], context: str | None = None,
                      adapter: str | None = None, variant: str | None = None) -> tuple[list[str], int, Scores]:
         """The options as read (stripped), the index of the best, and all scores: the
         library's request (:func:`setllm.verbs.choose`) and choice policy."""
-        self._check_count(options)
+        self.config.check_options(options)
         request = verbs.choose(question, options, context)
         scores = await self.score(request.prompt, request.options, adapter, variant)
         return list(request.options), request.choice(scores.option_scores(request.options)).index, scores
@@ -196,7 +196,7 @@ class Service:
         (:mod:`setllm.readouts`; default: the reading model's, as ``setllm judge``; that
         model: the judge's unless ``adapter`` names another); equal scores rank by candidate
         text, so the ranking cannot depend on their order."""
-        self._check_count(candidates)
+        self.config.check_options(candidates)
         row = verbs.judge(instruction, candidates, input)  # the library's checks; an empty response is a real candidate
         key = self.engine_key(adapter, "judge")
         readout = get_readout(readout or self.models[key].judge_readout).name
@@ -233,17 +233,17 @@ class Service:
         request naming none)."""
         key = self.engine_key(adapter, default, variant)
         if isinstance(prompt, SetPrompt):
-            self._check_elements(prompt)
-        if config is not None and config.max_new_tokens > self.config.max_generate_tokens:
-            raise BadRequest(f"{field}: at most {self.config.max_generate_tokens} on this server (--max-generate-tokens), "
-                                f"got {config.max_new_tokens}")
+            self.config.check_elements(prompt)
+        if config is not None:
+            self.config.check_new_tokens(config.max_new_tokens, field)
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
-    async def call(self, run: Callable[[Any], Any], adapter: str | None = None) -> Any:
+    async def call(self, run: Callable[[Any], Any], adapter: str | None = None, prompt: SetPrompt | None = None) -> Any:
         """``run(lm)`` on the model thread, queued as every job is (``--max-queue``, ``--timeout-s``,
         dropped or stopped when its client leaves): a reading the library composes itself, such as
-        a structured answer or a tool call (:mod:`.structured`, :mod:`.tools`)."""
-        return await self.batcher.submit(CallJob(run, self.engine_key(adapter)))
+        a structured answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``, the one
+        it reads, is sized against ``--max-prompt-tokens`` first (413)."""
+        return await self.batcher.submit(CallJob(run, self.engine_key(adapter), prompt))
 
     async def generate_all(self, prompts: Sequence[SetPrompt | tuple[int, ...]], *args: Any, using=None, **kwargs: Any) -> list[Generated]:
         """:meth:`generate` (or ``using``, a route's structured answer) for each prompt of one
@@ -270,7 +270,7 @@ class Service:
     def chat(self, messages: Sequence[dict], adapter: str | None = None) -> SetPrompt:
         """Chat messages as the prompt the model named ``adapter`` reads (a name not served
         is its 404, before the messages are read): in the chat template
-        (:func:`setllm.core.chat.chat_prompt`), or, for an adapter trained on plain prompts
+        (:func:`setllm.core.text.chat.chat_prompt`), or, for an adapter trained on plain prompts
         alone (:attr:`setllm.loading.AdapterInfo.answers_plain_prompts`), as it was trained:
         the messages' text (:func:`plain_messages`)."""
         if self.models[self.engine_key(adapter)].origin.trained_as.answers_plain_prompts:
@@ -282,17 +282,8 @@ class Service:
         """Options to score as given, or by default the elements of the prompt's set (the
         library's check, :func:`setllm.verbs.score_options`)."""
         options = verbs.score_options(prompt, options)
-        self._check_count(options)
+        self.config.check_options(options)
         return options
-
-    def _check_elements(self, prompt: SetPrompt) -> None:
-        n = sum(len(s) for s in prompt.sets)
-        if n > self.config.max_set_elements:
-            raise BadRequest(f"prompt: at most {self.config.max_set_elements} set elements per prompt (--max-set-elements), got {n}")
-
-    def _check_count(self, options: Sequence[str]) -> None:
-        if len(options) > self.config.max_options:
-            raise BadRequest(f"options: at most {self.config.max_options} per request (--max-options), got {len(options)}")
 
     # -- reporting --------------------------------------------------------------------------
     def health(self, full: bool = True) -> dict[str, Any]:
@@ -308,22 +299,25 @@ class Service:
                 "api_key": self.config.api_key is not None}
 
     def gauges(self) -> dict[str, tuple[str, Any]]:
-        b = self.batcher
-        return {
-            "setllm_queue_depth": ("Requests waiting for the model.", lambda: b.queued),
-            "setllm_batch_running": ("Requests in the batch on the model now.", lambda: b.running),
-            "setllm_requests_in_flight": ("HTTP requests being answered (this one included).", lambda: self.in_flight),
-            "setllm_max_batch_size": ("Most requests per forward pass (1: batching off).", lambda: b.max_batch_size),
-            "setllm_draining": ("1 while the server shuts down.", lambda: int(self.draining)),
-            **self._document_gauges(),
-        }
+        """What ``/metrics`` shows of now: :func:`service_gauges`."""
+        return service_gauges(self)
 
-    def _document_gauges(self) -> dict[str, tuple[str, Any]]:
-        """The document cache's counts (``--cache-mb``; on disk, ``--cache-dir``), none where it is off."""
-        if self.documents is None:
-            return {}
-        stat = self.documents.stats
-        return {metric: (help_, lambda name=name: getattr(stat(), name)) for name, (metric, help_) in gauges(self.documents.disk is not None).items()}
+
+def service_gauges(service: Service) -> dict[str, tuple[str, Any]]:
+    """``/metrics``' gauges of ``service``: its queue, batch and life cycle, and its document cache's
+    counts (``--cache-mb``; on disk, ``--cache-dir``) where it has one."""
+    b = service.batcher
+    out = {
+        "setllm_queue_depth": ("Requests waiting for the model.", lambda: b.queued),
+        "setllm_batch_running": ("Requests in the batch on the model now.", lambda: b.running),
+        "setllm_requests_in_flight": ("HTTP requests being answered (this one included).", lambda: service.in_flight),
+        "setllm_max_batch_size": ("Most requests per forward pass (1: batching off).", lambda: b.max_batch_size),
+        "setllm_draining": ("1 while the server shuts down.", lambda: int(service.draining)),
+    }
+    if service.documents is not None:
+        stat = service.documents.stats
+        out.update({metric: (help_, lambda name=name: getattr(stat(), name)) for name, (metric, help_) in gauges(service.documents.disk is not None).items()})
+    return out
 
 
 def plain_messages(messages: Sequence[dict]) -> SetPrompt:

@@ -36,7 +36,7 @@ class TextStream:
     up spaces on decoding (``clean_up_tokenization_spaces``: `` ,`` -> ``,``, a space taken
     back once the comma comes). The answer's own text
     (stop ids dropped, a half character dropped, cut at the first stop string:
-    :func:`setllm.core.generation.generate_tokens`) starts with everything sent; :meth:`rest`
+    :func:`setllm.core.forward.generation.generate_tokens`) starts with everything sent; :meth:`rest`
     is what is left of it.
     """
 

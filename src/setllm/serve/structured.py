@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.prompt import Set, SetPrompt, to_markup
-from ..core.values import GenerationConfig
+from ..core.forward.values import GenerationConfig
+from ..core.text.prompt import Set, SetPrompt, to_markup
 from ..structured import SchemaError, Spec, spec
 from ..structured.plan import plan
-from .errors import BadRequest, Unprocessable
+from .errors import BadRequest
 from .streaming import Started
 
 # vLLM's fields: structured_outputs' keys (and the guided_* names they replaced) -> spec's argument.
@@ -126,18 +126,11 @@ async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: G
     """The structured answer, computed on the model thread behind the service's queue
     (:meth:`setllm.serve.service.Service.call`: its limit, deadline and cancellation);
     ``stream``: a sink of its pieces (:mod:`.streaming`)."""
-    within_limit(service, config, field)
+    service.config.check_new_tokens(config.max_new_tokens, field)  # a 400, as a plain request's
     if isinstance(prompt, tuple):
         raise BadRequest("structured outputs need a text prompt, not token ids")
     plan(constraint, service.engines.get(service.engine_key(adapter)).lm.exact)  # one the engine cannot compile: a 400, before a stream starts
     if stream is not None:
         stream(Started(""))
-    out = await service.call(lambda lm: lm.generate_structured(prompt, constraint, config, False, stream), adapter)
+    out = await service.call(lambda lm: lm.generate_structured(prompt, constraint, config, False, stream), adapter, prompt)
     return Out(out.text, len(out.token_ids), out.prompt_tokens, out.finish_reason)
-
-
-def within_limit(service, config: GenerationConfig, field: str) -> None:
-    """A request for more tokens than ``--max-generate-tokens`` allows is refused before it queues."""
-    if config.max_new_tokens > service.config.max_generate_tokens:
-        raise Unprocessable(f"{field}: at most {service.config.max_generate_tokens} on this server (--max-generate-tokens), "
-                            f"got {config.max_new_tokens}")

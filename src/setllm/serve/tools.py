@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.values import GenerationConfig
+from ..core.forward.values import GenerationConfig
 from ..structured import SchemaError
 from ..structured import toolset as calls
 from .errors import BadRequest
 from .streaming import Chunks, Started
-from .structured import Out, as_content, within_limit
+from .structured import Out, as_content
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ async def answer(service, prompt, config: GenerationConfig, field: str, adapter:
 
     made = None
     if offer.choice != "none":
-        within_limit(service, config, field)
-        made = await service.call(lambda lm: lm.call_tool(prompt, offer.tools, offer.choice, config, on_call, stream, False), adapter)
+        service.config.check_new_tokens(config.max_new_tokens, field)
+        made = await service.call(lambda lm: lm.call_tool(prompt, offer.tools, offer.choice, config, on_call, stream, False), adapter, prompt)
     if made is None:
         return await text(prompt, config, field, adapter=adapter, stream=stream)
     finish = "tool_calls" if made.answer.finish_reason == "stop" else "length"

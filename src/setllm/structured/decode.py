@@ -2,7 +2,7 @@
 and the steps before it. A :class:`Pick` scores its values through the reader's one scoring
 driver (:meth:`setllm.reader.Reader.score_encoded`), each after the same text, and writes the
 best (:func:`setllm.policy.pick`: equal scores go by text); a :class:`Free` piece decodes on
-the project's loop (:func:`setllm.core.generation.generate_tokens`) with a grammar's guide
+the project's loop (:func:`setllm.core.forward.generation.generate_tokens`) with a grammar's guide
 masking the logits. A piece's prefix is the prompt and the answer so far read as one prompt,
 whose answer text is plain text after the prompt's sets.
 """
@@ -13,12 +13,13 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..core import generation, scoring
-from ..core.batch import collate
-from ..core.encoding import NOT_IN_SET, EncodedPrompt
-from ..core.prompt import PromptLike, as_prompt
-from ..core.runtime import prompt_length
-from ..core.values import GenerationConfig
+from ..core.forward import generation, scoring
+from ..core.forward.runtime import prompt_length
+from ..core.forward.values import GenerationConfig
+from ..core.layout.positions import NOT_IN_SET
+from ..core.text.prompt import PromptLike, as_prompt
+from ..core.tokens.batch import collate
+from ..core.tokens.encoding import EncodedPrompt
 from ..policy import pick
 from .engine import Guide
 from .plan import Free, Pick, Plan, Text, plan

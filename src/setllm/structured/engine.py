@@ -70,7 +70,7 @@ def tokenizer(hf_tokenizer, vocab: int):
 
 class Guide:
     """One decoding under ``grammar``: :meth:`mask` before each sample, :meth:`accept` after
-    (the processor :func:`setllm.core.generation.decode_after_prefill` takes)."""
+    (the processor :func:`setllm.core.forward.generation.decode_after_prefill` takes)."""
 
     def __init__(self, hf_tokenizer, vocab: int, grammar: str):
         import torch

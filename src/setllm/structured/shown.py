@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from ..core.prompt import Segment, Set, SetPrompt, template_prompt
+from ..core.text.prompt import Segment, Set, SetPrompt, template_prompt
 from .spec import Spec
 
 _HOLE = "\ue002{}\ue003"  # private-use characters: a placeholder no schema holds

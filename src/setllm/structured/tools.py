@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..core.encoding import EncodedPrompt
-from ..core.values import GenerationConfig
+from ..core.forward.values import GenerationConfig
+from ..core.tokens.encoding import EncodedPrompt
 from .decode import Answer, prefix, run, text_ids
 from .plan import Pick, Plan, Text, plan
 from .spec import spec

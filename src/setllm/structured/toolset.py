@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.prompt import Segment, Set
+from ..core.text.prompt import Segment, Set
 from .spec import SchemaError, spec
 
 OPENING = '{"name":'

@@ -7,10 +7,10 @@ The paper's two templates (Egressy & Stühmer 2025, Appendix D.3, Tables 7 and 9
 * ``original``: the question alone, each option scored as a continuation of
   ``Question: {question}\\nAnswer:``.
 * ``modified``: the options in the prompt as one set; the response is the option's text
-  (:func:`setllm.core.templates.mc_prompt`, the template the training data uses too).
+  (:func:`setllm.core.text.templates.mc_prompt`, the template the training data uses too).
 
 and one of ours, ``held-out``: the options as a set in other words
-(:func:`setllm.core.templates.held_out_prompt`), the same for every multiple-choice task and in no
+(:func:`setllm.core.text.templates.held_out_prompt`), the same for every multiple-choice task and in no
 training mix: a measurement of what an adapter learned beyond its template.
 
 An ordering is a tuple of dataset option indices: the option shown at position ``p`` is
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.prompt import SetPrompt
-from ..core.templates import held_out_prompt, mc_prompt, original_prompt
+from ..core.text.prompt import SetPrompt
+from ..core.text.templates import held_out_prompt, mc_prompt, original_prompt
 from ..errors import SetLLMWarning
 from ..io.records import DataError, MCRecord, iter_jsonl, parse_record, subset
 from ..loading.hub import hub_problem

@@ -39,7 +39,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core.prompt import Set, SetPrompt, template_prompt
+from ..core.text.prompt import Set, SetPrompt, template_prompt
 from ..io.records import DataError
 from .base import register
 

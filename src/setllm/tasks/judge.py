@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 
-from ..core.prompt import Set, SetPrompt, template_prompt
+from ..core.text.prompt import Set, SetPrompt, template_prompt
 from ..io.records import DataError, MCRecord
 from .base import HubSource, MCTask, Ordering, Rendered, Template, register, shown
 

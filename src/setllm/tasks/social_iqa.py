@@ -6,7 +6,7 @@ order-sensitive for every variant. The *modified* one drops the numbering and pu
 options in a set, scoring their text.
 """
 
-from ..core.prompt import Set, template_prompt
+from ..core.text.prompt import Set, template_prompt
 from ..io.records import MCRecord
 from .base import HubSource, MCTask, Ordering, Rendered, Template, register, shown
 

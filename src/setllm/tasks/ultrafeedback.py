@@ -18,7 +18,7 @@ with the same kind of marker:
   "the second sentence", "the last one"): reading it as a set would hide what that means;
 - and when no text line comes right before it (a blank line, or the instruction's start): the
   text before the set would end in whitespace ("\\n\\n", or the space of ``Question: ``), which
-  tokenizes differently alone than joined (see :mod:`setllm.core.templates`).
+  tokenizes differently alone than joined (see :mod:`setllm.core.text.templates`).
 
 Everything else stays text. Under the order-sensitive variants a set is read in the given
 order, so the causal baseline trains on the same text.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from ..core.prompt import Segment, Set, SetPrompt, template_prompt
+from ..core.text.prompt import Segment, Set, SetPrompt, template_prompt
 from ..io.records import DataError
 
 NAME = "ultrafeedback"

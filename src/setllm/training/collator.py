@@ -1,9 +1,9 @@
 """Examples -> token features -> padded training batches, through the inference encoder.
 
 One code path with inference: prompts and responses are encoded by the same
-:class:`setllm.core.codec.Codec` (the same tokenizer calls, canonical element order for
+:class:`setllm.core.tokens.codec.Codec` (the same tokenizer calls, canonical element order for
 invariant variants, BOS, chat frame, response + EOS); batches are built by
-:func:`setllm.core.batch.collate` and the mask is rendered by :mod:`setllm.core.runtime` in the loss.
+:func:`setllm.core.tokens.batch.collate` and the mask is rendered by :mod:`setllm.core.forward.runtime` in the loss.
 
 Shapes: B examples, N tokens after padding, R response tokens (max over the batch).
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.batch import collate
-from ..core.codec import Codec
-from ..core.encoding import EncodedPrompt
-from ..core.masks import TokenLayout
-from ..core.prompt import PromptError
+from ..core.layout.masks import TokenLayout
+from ..core.text.prompt import PromptError
+from ..core.tokens.batch import collate
+from ..core.tokens.codec import Codec
+from ..core.tokens.encoding import EncodedPrompt
 from ..errors import InputError
 from .examples import Example
 
@@ -124,7 +124,7 @@ def split_feature(f: dict) -> tuple[EncodedPrompt, list[int]]:
 class SetCollator:
     """Trainer collator: features -> tensors (the Trainer moves only tensors between devices).
 
-    The :class:`~setllm.core.masks.TokenLayout` travels as its four tensors and is rebuilt in the
+    The :class:`~setllm.core.layout.masks.TokenLayout` travels as its four tensors and is rebuilt in the
     loss; ``labels`` are the response tokens (-100 on prompt and padding).
     """
 

@@ -22,12 +22,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
-from ..core.variants import (
-    ATTENTION_BACKENDS,
-    DEFAULT_VARIANT,
-    VARIANTS,
-    check_attention,
-)
+from ..core.layout.variants import ATTENTION_BACKENDS, DEFAULT_VARIANT, VARIANTS, check_attention
 from ..errors import InputError
 from ..loading.options import THREADS_HELP
 

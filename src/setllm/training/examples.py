@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from ..core.prompt import PromptError, SetPrompt, as_prompt
+from ..core.text.prompt import PromptError, SetPrompt, as_prompt
 from ..io.records import DataError, iter_jsonl, parse_record, subset
 from ..tasks import TASKS, documents, get_task, hub_rows, judge, ultrafeedback
 from ..tasks.base import data_dir_or_env, local_path
@@ -103,7 +103,7 @@ def documents_example(obj: object, where: str) -> Example:
 
 def prompt_response_example(obj: object, where: str) -> Example | None:
     """A user record ``{"prompt": <set prompt>, "response": str}`` (the prompt in JSON form,
-    or one string read as markup, :mod:`setllm.core.prompt`), a multiple-choice row
+    or one string read as markup, :mod:`setllm.core.text.prompt`), a multiple-choice row
     ``{"question", "choices", "label", "context"?}`` (the file ``setllm eval --data-file``
     reads, rendered as it renders it: :data:`setllm.tasks.CUSTOM`'s modified template), a
     judge row ``{"instruction", "candidates", "label"}`` or a documents row ``{"documents",

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.codec import Codec
-from ..core.families import check_model
-from ..core.fit import check_length
-from ..core.variants import get_variant
+from ..core.layout.variants import get_variant
+from ..core.model.families import check_model
+from ..core.model.fit import check_length
+from ..core.tokens.codec import Codec
 from ..errors import InputError, SetLLMWarning
 from ..io import rundir
 from ..loading import (

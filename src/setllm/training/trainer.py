@@ -3,7 +3,7 @@
 The Trainer supplies checkpoints, ``--resume`` (optimizer, scheduler, RNG and data order),
 gradient accumulation and multi-device runs through ``accelerate launch``; this module
 only adds the Set-LLM forward (the variant's mask and positions, via
-:func:`setllm.core.runtime.forward`, the function inference uses) and a response-only loss.
+:func:`setllm.core.forward.runtime.forward`, the function inference uses) and a response-only loss.
 
 Shapes: B batch, N tokens, R response columns kept, V vocabulary.
 """
@@ -22,16 +22,16 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..core.owner import weights
-from ..core.runtime import forward
-from ..core.variants import Variant
+from ..core.forward.runtime import forward
+from ..core.layout.variants import Variant
+from ..core.model.owner import weights
 from .collator import IGNORE, layout_of
 
 LOG_FILE = "train_log.jsonl"
 
 
 class _Forwarder:
-    """What :func:`setllm.core.runtime.forward` needs from a model, for a DDP/FSDP-wrapped one:
+    """What :func:`setllm.core.forward.runtime.forward` needs from a model, for a DDP/FSDP-wrapped one:
     config, device and dtype from the inner model, the call through the wrapper (which
     syncs gradients)."""
 
@@ -39,7 +39,7 @@ class _Forwarder:
         self._wrapped, self._inner, self.config, self.device, self.dtype = wrapped, inner, inner.config, inner.device, inner.dtype
 
     def get_base_model(self):
-        """The transformers model inside, where setllm's layers are installed (:func:`setllm.core.install.install`)."""
+        """The transformers model inside, where setllm's layers are installed (:func:`setllm.core.model.install.install`)."""
         return weights(self._inner)
 
     def __call__(self, **kwargs):

@@ -23,7 +23,7 @@ What is equal to what:
   itself fix and the linear layers multiply fixed row blocks. So an element's keys and values
   are the same bits computed alone, among others, earlier, or read back from disk;
 - such a reading and the scoring driver's one forward over the whole prompt
-  (:func:`setllm.core.scoring.prefill`): equal up to float rounding (other shapes, other
+  (:func:`setllm.core.forward.scoring.prefill`): equal up to float rounding (other shapes, other
   kernels; within 1e-5 in fp32: tests/core/test_doccache.py);
 - two cached readings of one set in any order: the same bits, as exact mode sorts the elements
   (the same pieces, the same forwards), and an element's cached keys are the same tensors
@@ -44,8 +44,8 @@ The weights' fingerprint is taken again after any in-place write to a parameter 
 With a folder, pieces are also kept on disk (:mod:`.tier`).
 
 One job a module: :mod:`.store` (the memory store, one per model's weights), :mod:`.tier` (the
-disk tier), :mod:`.keys` (what names a piece), :mod:`.reading` (a prompt read through the
-store), :mod:`.attention` (a question's attention over the pieces where they lie),
+disk tier), :mod:`.keys` (what names a piece), :mod:`.driver` (a prompt read through the
+store: the cache's driver), :mod:`.attention` (a question's attention over the pieces where they lie),
 :mod:`.options` (a command's cache flags), :mod:`.sizes` (its bounds in MB), :mod:`.stats` (what it did, and its gauges).
 """
 
@@ -56,7 +56,7 @@ from ...lazy import exports
 __all__, __getattr__, __dir__ = exports(__name__, {
     "keys": ["PieceKey", "ReadingKey", "reading_key"],
     "options": ["CacheOptions", "reuse_line"],
-    "reading": ["generate", "prefill", "read_options", "score", "unusable", "variant_problem"],
+    "driver": ["generate", "prefill", "read_options", "score", "unusable", "variant_problem"],
     "sizes": ["DEFAULT_DISK_MB", "DEFAULT_MB", "megabytes"],
     "stats": ["CacheStats", "gauges"],
     "store": ["DocumentCache", "apart", "attach", "for_reading", "forget", "of", "on_by_default", "share"],

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import install
-from ..masks import TokenLayout, additive
-from ..renderers import MaskSpec, render
-from ..variants import MaskKind
+from ..attention.renderers import MaskSpec, render
+from ..layout.masks import TokenLayout, additive
+from ..layout.variants import MaskKind
+from ..model import install
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -180,5 +180,5 @@ def piece_attention(module, query, key, value, attention_mask, scaling=None, dro
 
 def pieces_on(model, p: Plan):
     """Inside (this thread only), ``model``'s attention runs :func:`piece_attention` under plan
-    ``p``; the model itself is not changed (:mod:`setllm.core.install`)."""
+    ``p``; the model itself is not changed (:mod:`setllm.core.model.install`)."""
     return install.planned_attention(model, piece_attention, _PLAN, p)

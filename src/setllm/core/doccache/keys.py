@@ -15,8 +15,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..fingerprint import weights_fingerprint
-from ..owner import active_adapters, owner
+from ..model.fingerprint import weights_fingerprint
+from ..model.owner import active_adapters, owner
 
 FORMAT = "setllm-document-piece/2"  # /1 keyed by a tuple holding an adapter's repr and had no checksum
 

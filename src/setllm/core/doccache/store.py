@@ -1,6 +1,6 @@
 """The document cache's memory store: pieces' keys and values bounded by bytes, least recently
 used out, optionally over a disk tier (:mod:`.tier`); one store per model's weights, kept by
-their owner (:mod:`setllm.core.owner`): made when setllm wraps the weights under a reading that
+their owner (:mod:`setllm.core.model.owner`): made when setllm wraps the weights under a reading that
 caches (:func:`on_by_default`) or by :func:`attach`, shared by every view of the weights.
 
 Shapes: a piece's keys and values are one ``(k [1, Hkv, n, d], v)`` pair per layer.
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError
-from ..owner import UNSET, owner
+from ..model.owner import UNSET, owner
 from .keys import PieceKey
 from .sizes import DEFAULT_DISK_MB, DEFAULT_MB, megabytes
 from .stats import CacheStats
@@ -140,7 +140,7 @@ def share(model, reader_of) -> None:
 def attach(model, max_mb: float = DEFAULT_MB, directory: str | os.PathLike | None = None, disk_mb: float = DEFAULT_DISK_MB,
            warn: bool = True) -> DocumentCache | None:
     """The document cache of ``model``'s weights (made, or resized, to ``max_mb``), kept by
-    their owner (:mod:`setllm.core.owner`), so every view of them shares it; ``max_mb=0``: none,
+    their owner (:mod:`setllm.core.model.owner`), so every view of them shares it; ``max_mb=0``: none,
     and none by default either (None). A ``directory`` other than the cache's makes a new
     cache with that disk tier."""
     max_mb, disk_mb = megabytes("max_mb", max_mb), megabytes("disk_mb", disk_mb)

@@ -1,4 +1,4 @@
-"""The documents of a request, as the keys :mod:`setllm.core.dockeys` gives them, read from
+"""The documents of a request, as the keys :mod:`setllm.core.doccache.dockeys` gives them, read from
 its route and JSON body as the server will read it (without a tokenizer: the router runs
 this for every request). A body that does not parse has none; the replica answers its 4xx.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 
-from ...core.dockeys import document_keys
+from ...core.doccache.dockeys import document_keys
 from ..declare import reads
 from ..routes import ROUTERS
 

@@ -27,6 +27,7 @@ from ..auth import refusal
 from ..config import ServeConfig
 from ..errors import ApiError, QueueFull, ShuttingDown
 from ..errors import body as error_body
+from ..hosts import refused_host
 from ..metrics import CONTENT_TYPE, Metrics, _esc, _header, _num
 from ..routes import OPENAI_PATHS
 from ..streaming import error_event, sse
@@ -53,6 +54,7 @@ class Ingress:
     def __init__(self, engine, config: ServeConfig):
         self.engine = engine
         self.config = config
+        self.hosts = config.hosts  # the Host names answered (None: any), as the single server's
         self.metrics = Metrics()
         self.replicas: dict[str, dict[str, float]] = {}  # each replica's counts, as of its latest answer
         self.answered: dict[str, int] = {}
@@ -64,7 +66,10 @@ class Ingress:
 
     async def __call__(self, request: Request) -> Response:
         start, path, endpoint = time.perf_counter(), request.url.path, "other"
-        if path == "/metrics":
+        refusal = refused_host(request.headers.get("host", "").encode("latin-1"), self.hosts)
+        if refusal is not None:  # a page rebinding its DNS name to this loopback server: before anything else
+            response = _error(refusal, path)
+        elif path == "/metrics":
             response, endpoint = self.own_metrics(request), path
         elif self.draining:  # as the single server: new requests (and /health) get 503 while accepted ones finish
             response = _error(ShuttingDown("server is shutting down"), path)

@@ -4,8 +4,8 @@ a long prompt under ``attn="auto"``, sdpa for steps on a flex prefill).
 
 Everything goes through the model's public ``forward``: a prepared 4D mask (or flex
 BlockMask) and explicit ``position_ids``. Transformers uses a 4D mask exactly as given.
-The rules around a forward live beside it: the fit rule in :mod:`setllm.core.fit`, the KV
-cache in :mod:`setllm.core.kvcache`, the fixed-row linears in :mod:`setllm.core.install`.
+The rules around a forward live beside it: the fit rule in :mod:`setllm.core.model.fit`, the KV
+cache in :mod:`setllm.core.model.kvcache`, the fixed-row linears in :mod:`setllm.core.model.install`.
 
 Shapes: B batch, Q new tokens, K all tokens (cache + new), V vocabulary.
 """
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from . import install
-from .families import default_attention
-from .fit import check_length, layer_windows
-from .kvcache import cache_kwarg
-from .masks import TokenLayout
-from .owner import owner, weights
-from .renderers import MaskSpec, render
-from .variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
+from ..attention.renderers import MaskSpec, render
+from ..layout.masks import TokenLayout
+from ..layout.variants import ATTENTION_BACKENDS, FLEX_FROM, LONG_PROMPT_TOKENS, Variant  # noqa: F401  (re-exported)
+from ..model import install
+from ..model.families import default_attention
+from ..model.fit import check_length, layer_windows
+from ..model.kvcache import cache_kwarg
+from ..model.owner import owner, weights
 
 
 def attention_mask(model, variant: Variant, layout: TokenLayout, q_len: int, impl: str | None = None):
@@ -66,7 +66,7 @@ def step(model, input_ids, position_ids, layout: TokenLayout, cache):
     """One cached decoding step: a response token per row ``input_ids [B, 1]`` after every
     token of ``layout [B, K]`` (K includes the new one). A response token sees every real
     token before it (within the window), whatever the variant: that is what
-    :func:`setllm.core.masks.variant_mask` gives its row under every mask kind, so the mask is
+    :func:`setllm.core.layout.masks.variant_mask` gives its row under every mask kind, so the mask is
     the causal kind's row, drawn from validity and positions alone, on the device, with no set
     machinery, and no value goes back to the host. The caller checks the length once, before decoding."""
     install.install(model)
@@ -92,7 +92,7 @@ def attention_implementation(model, name: str):
     """Inside, ``model``'s own attention is ``name``; after, its own again. A tool for
     benchmarks and tests that compare implementations on one model's weights: it changes the
     model, so no call of setllm uses it (a call picks its attention through
-    :func:`setllm.core.install.attention`)."""
+    :func:`setllm.core.model.install.attention`)."""
     base = weights(model)
     before = base.config._attn_implementation
     installed = before.startswith(install.PREFIX)
@@ -115,9 +115,9 @@ def uses_flex(model, q_len: int) -> bool:
 
 def prompt_length(model, n: int) -> int:
     """The padded length a batch of prompts of at most ``n`` tokens is read at: on flex
-    attention :func:`setllm.core.flex.padded_length` (a bounded number of compiled shapes),
+    attention :func:`setllm.core.attention.flex.padded_length` (a bounded number of compiled shapes),
     else ``n``."""
-    from .flex import padded_length
+    from ..attention.flex import padded_length
 
     return padded_length(n, model.device) if uses_flex(model, n) else n
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..errors import InputError, SetLLMWarning
+from ...errors import InputError, SetLLMWarning
 
 
 class PromptError(InputError):
@@ -27,7 +27,7 @@ class PromptError(InputError):
 
 class PromptTooLong(PromptError):
     """A prompt, or a prompt and its response, past the model's context (the server answers
-    413); raised by the one fit rule, :func:`setllm.core.fit.check_fits`."""
+    413); raised by the one fit rule, :func:`setllm.core.model.fit.check_fits`."""
 
 
 @dataclass(frozen=True, init=False)

@@ -7,28 +7,28 @@ code that acts on it reads it from here.
 
 - Gemma (all): embeddings are scaled by sqrt(hidden size) inside the model (setllm passes
   ids, never embeddings, so nothing to do); ``<bos>`` must come first: the encoder puts the
-  tokenizer's own BOS in front of every prompt (:func:`setllm.core.encoding._bos_prefix`) and a
+  tokenizer's own BOS in front of every prompt (:func:`setllm.core.tokens.encoding._bos_prefix`) and a
   chat template's BOS is not doubled.
 - Gemma 2: attention logits are soft-capped, which sdpa cannot do: loaded with eager
-  attention, and :mod:`setllm.core.packed_attention` applies the cap itself.
+  attention, and :mod:`setllm.core.attention.packed_attention` applies the cap itself.
 - Gemma 2/3, Qwen 2/3 with ``use_sliding_window``, Mistral, Phi-3: sliding-window layers.
   The window is applied by setllm's masks, counted in positions
-  (:func:`setllm.core.masks.window_mask`), per layer type (:func:`setllm.core.fit.layer_windows`).
+  (:func:`setllm.core.layout.masks.window_mask`), per layer type (:func:`setllm.core.model.fit.layer_windows`).
 - Gemma 3: a 262k-token vocabulary. Logits are computed only for the rows that are read
   (``logits_to_keep``), so the set path holds no more logits than the base model's; option
   rows go through a vocabulary that wide in blocks of ``WIDE_HEAD_ROWS``
-  (:mod:`setllm.core.scoring`), which reads the 670 MB head a quarter as often.
+  (:mod:`setllm.core.forward.scoring`), which reads the 670 MB head a quarter as often.
 - GPT-2: absolute position embeddings (``n_positions``) and Conv1D linear layers, which
-  :func:`setllm.core.install.fixed_row_linears` blocks like ``nn.Linear``.
+  :func:`setllm.core.model.install.fixed_row_linears` blocks like ``nn.Linear``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ...errors import InputError
+from ..layout.variants import attention_problem
 from . import install
-from .variants import attention_problem
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ the CLI's checks of a file's rows.
 
 from __future__ import annotations
 
-from .encoding import response_position
+from ..layout.positions import response_position
+from ..text.prompt import PromptTooLong
 from .families import SUPPORTED_MODEL_TYPES
-from .prompt import PromptTooLong
 
 
 def sliding_window(config) -> int | None:
@@ -38,7 +38,7 @@ def layer_windows(config) -> dict[str, int | None]:
 def check_fits(config, tokens: int, end: int, scheme: str, response: int = 0, what: str = "response") -> None:
     """The fit rule, the one every surface applies (the codec, the scoring driver, decoding,
     the server, the CLI's checks of a file's rows): a prompt of ``tokens`` tokens whose
-    response starts at position ``end`` (:meth:`setllm.core.encoding.EncodedPrompt.positions`),
+    response starts at position ``end`` (:meth:`setllm.core.tokens.encoding.EncodedPrompt.positions`),
     plus ``response`` tokens of response (at least one: the first is read from the prompt's
     last token), fits the context, counted in positions (see :func:`check_length`). Under NoPE
     the response stays at position 0 with the prompt; under SBP the text after a set resumes
@@ -67,7 +67,7 @@ def check_length(config, length: int, positions: int | None = None) -> None:
     counts differ only where positions stop growing with tokens: NoPE (all 0), SBP (after a
     set, its start + its longest element) and a prompt that ends inside a set. Sliding
     windows are no limit in the supported families: the masks apply them in positions
-    (:func:`setllm.core.masks.window_mask`). A model of another family (``allow_untested``)
+    (:func:`setllm.core.layout.masks.window_mask`). A model of another family (``allow_untested``)
     may not take a mask per layer type, so there a window still bounds the tokens, as it
     bounded every model before set-aware windows.
     """

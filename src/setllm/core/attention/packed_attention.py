@@ -2,22 +2,22 @@
 
 Scoring runs many prompts (and then many option rows) in one forward. Every layer but
 attention works token by token, so their tokens are packed into one row of real tokens
-only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.core.scoring`).
+only, and the linear layers multiply that row in fixed blocks (see :mod:`setllm.core.forward.scoring`).
 Attention is the one place where tokens meet: :func:`block_attention` runs each request
 on a block of its own, its queries and keys gathered out of the packed row and padded to a
 shape fixed by the request alone (:class:`AttentionBlock`), with the request's own mask (rendered
-by :data:`setllm.core.renderers.RENDERERS`: ``packed``, or ``flex_attention`` below). Requests whose
+by :data:`setllm.core.attention.renderers.RENDERERS`: ``packed``, or ``flex_attention`` below). Requests whose
 blocks have the same shape are stacked into one attention call; a block's result does not
 depend on the others stacked with it, as a row of a fixed-shape product does not.
 
-A long prompt's block runs on flex attention instead (:mod:`setllm.core.flex`): its mask
+A long prompt's block runs on flex attention instead (:mod:`setllm.core.attention.flex`): its mask
 stays a predicate over the request's layout, the BlockMask is built once per forward (at the
 first layer) and shared by every layer, and the block runs alone, so its shape (a
-:func:`setllm.core.flex.bucket` size) is still fixed by the request alone. Whether a block
-runs on flex is decided by its length and the device (:func:`setllm.core.runtime.uses_flex`),
+:func:`setllm.core.attention.flex.bucket` size) is still fixed by the request alone. Whether a block
+runs on flex is decided by its length and the device (:func:`setllm.core.forward.runtime.uses_flex`),
 never by what else is in the batch.
 
-The model's attention is installed once (:mod:`setllm.core.install`, through transformers'
+The model's attention is installed once (:mod:`setllm.core.model.install`, through transformers'
 ``AttentionInterface``); :func:`blocks_on` selects :func:`block_attention` for one call.
 """
 
@@ -29,10 +29,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import flex, install
-from .masks import TokenLayout, additive
+from ..layout.masks import TokenLayout, additive
+from ..layout.variants import MaskKind
+from ..model import install
+from . import flex
 from .renderers import MaskSpec, render
-from .variants import MaskKind
 
 PAD = -1  # a gathered position that is padding (reads packed row 0, masked or never read)
 
@@ -261,7 +262,7 @@ def _attend(q, k, v, g: _Group, sliding: bool, scaling, softcap):
 
 def blocks_on(model, p: Plan):
     """Inside (this thread only), ``model``'s attention runs :func:`block_attention` under plan
-    ``p``; the model itself is not changed (:mod:`setllm.core.install`)."""
+    ``p``; the model itself is not changed (:mod:`setllm.core.model.install`)."""
     return install.planned_attention(model, block_attention, _PLAN, p)
 
 
@@ -270,7 +271,7 @@ def placeholder_mask(device) -> torch.Tensor:
     return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
 
 
-# Capturing a forward in a CUDA graph (:mod:`setllm.core.graphs`): the plan's device tensors
+# Capturing a forward in a CUDA graph (:mod:`setllm.core.forward.graphs`): the plan's device tensors
 # are made before the forward, and a replay copies another plan's into them.
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from ...errors import InputError
+from ..layout.variants import Variant
+from ..model.fit import check_fits
+from ..text.prompt import PromptError, PromptLike, PromptTooLong, Set, SetPrompt, as_prompt  # noqa: F401  (PromptTooLong: the codec's refusal)
+from ..text.templates import response_text
 from .encoding import EncodedPrompt, PromptEncoder
-from .fit import check_fits
-from .prompt import PromptError, PromptLike, PromptTooLong, Set, SetPrompt, as_prompt  # noqa: F401  (PromptTooLong: the codec's refusal)
-from .templates import response_text
-from .variants import Variant
 
 
 def refuse_a_final_set(prompt: SetPrompt, variant: Variant, chat: bool) -> None:
@@ -83,7 +83,7 @@ class Codec:
     def check_fits(self, enc: EncodedPrompt, response: int = 0, what: str = "response") -> None:
         """Refuse (:class:`PromptTooLong`) an encoded prompt that, with ``response`` tokens of
         response after it, does not fit the model: the one fit rule,
-        :func:`setllm.core.fit.check_fits`, in this reading's positions."""
+        :func:`setllm.core.model.fit.check_fits`, in this reading's positions."""
         if self.config is not None:
             check_fits(self.config, len(enc), enc.positions(self.variant.positions)[1], self.variant.positions, response, what)
 

@@ -33,9 +33,9 @@ class Owner:
     """What setllm keeps about one model's weights."""
 
     lock: threading.RLock = field(default_factory=threading.RLock)  # what views cannot share: a bank's active adapter
-    installed: bool = False  # setllm's linear layers and attention are on the model (core.install)
-    auto_attention: bool = False  # loaded with attn="auto": long prompts on flex attention (core.runtime)
-    graphs: Any = None  # the scoring forwards' CUDA graphs, or None: off (core.graphs)
+    installed: bool = False  # setllm's linear layers and attention are on the model (core.model.install)
+    auto_attention: bool = False  # loaded with attn="auto": long prompts on flex attention (core.forward.runtime)
+    graphs: Any = None  # the scoring forwards' CUDA graphs, or None: off (core.forward.graphs)
     documents: Any = UNSET  # the document cache (core.doccache): a DocumentCache, None (off) or UNSET
     reads_through: Owner | None = None  # whose document cache this one reads through (doccache.share)
     fingerprints: tuple[int, dict] | None = None  # (the weights' version, fingerprints taken at it)

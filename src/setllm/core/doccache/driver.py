@@ -15,24 +15,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import packed_attention
-from ..batch import collate, continuation_layout, round_up
-from ..encoding import EncodedPrompt
-from ..fit import sliding_window
-from ..install import fixed_row_linears
-from ..kvcache import cache_kwarg, holding, new_cache, output_cache
-from ..masks import TokenLayout, kind_parts
-from ..runtime import forward
-from ..scoring import (
-    OPTION_BUCKET,
-    PROMPT_BUCKET,
-    fixed_rows,
-    matmul_rows,
-    option_scores,
-    packed_forward,
-    row_plan,
-)
-from ..variants import ORDER_FREE_POSITIONS, Variant
+from ..attention import packed_attention
+from ..forward.runtime import forward
+from ..forward.scoring import OPTION_BUCKET, PROMPT_BUCKET, fixed_rows, matmul_rows, option_scores, packed_forward, row_plan
+from ..layout.masks import TokenLayout, kind_parts
+from ..layout.variants import ORDER_FREE_POSITIONS, Variant
+from ..model.fit import sliding_window
+from ..model.install import fixed_row_linears
+from ..model.kvcache import cache_kwarg, holding, new_cache, output_cache
+from ..tokens.batch import collate, continuation_layout, round_up
+from ..tokens.encoding import EncodedPrompt
 from . import attention
 from .keys import PieceKey, ReadingKey
 from .store import DocumentCache, Layers
@@ -158,7 +150,7 @@ def _compute_elements(model, variant: Variant, missing: Sequence[_Missing]) -> l
     """The keys and values of each missing element, packed: one forward per group of at most
     :data:`GROUP_TOKENS` tokens, each element in an attention block of its own over its
     prefix's keys and its own (padded to buckets of their own lengths), linear layers on
-    fixed row blocks (:func:`setllm.core.scoring.fixed_rows`). So an element's bits are
+    fixed row blocks (:func:`setllm.core.forward.scoring.fixed_rows`). So an element's bits are
     those it gets alone: one element is computed by the same packed forward, a group of one."""
     out: list[Layers] = [None] * len(missing)
     for group in _groups(missing, GROUP_TOKENS):
@@ -219,7 +211,7 @@ def _prefix(model, variant: Variant, batch, span: range, store: DocumentCache, k
 def prefill(model, variant: Variant, enc: EncodedPrompt, store: DocumentCache, reading: ReadingKey, batch=None):
     """``enc`` read through ``store``: the KV cache of the whole prompt and the log-probs of
     the next token ``[1, V]``, the same bits whatever ``store`` holds (module docstring; equal
-    to :func:`setllm.core.scoring.prefill`'s up to rounding). The suffix is read as a question
+    to :func:`setllm.core.forward.scoring.prefill`'s up to rounding). The suffix is read as a question
     is (:func:`read_options`: its attention over the pieces where they lie), then the pieces
     and the suffix's keys and values are joined once, into the cache decoding goes on from.
     ``reading`` names the weights, adapter and variant the pieces were computed under;
@@ -253,7 +245,7 @@ QUESTION_ROWS = {"cpu": 32}
 
 @torch.no_grad()
 def read_options(model, variant: Variant, requests: Sequence, store: DocumentCache, reading: ReadingKey) -> list[tuple]:
-    """Every option of every request (:class:`setllm.core.scoring.ScoreRequest`) scored after
+    """Every option of every request (:class:`setllm.core.forward.scoring.ScoreRequest`) scored after
     its prompt's cached reading, all requests in one packed forward: each request's suffix and
     options are its tokens of that forward, and attend to its own cached pieces where the
     store keeps them and to themselves only (:mod:`.attention`: no copy of the pieces). The
@@ -337,8 +329,8 @@ def _followed_by_set(enc: EncodedPrompt, rows: Sequence[Sequence[int]]) -> Encod
 def generate(model, tokenizer, variant: Variant, enc: EncodedPrompt, store: DocumentCache, reading: ReadingKey, config,
              on_token=None) -> tuple[str, list[int]]:
     """Text and token ids generated after ``enc``'s cached reading, decoded as
-    :func:`setllm.core.generation.generate_tokens` decodes a prompt alone."""
-    from ..generation import generate_tokens
+    :func:`setllm.core.forward.generation.generate_tokens` decodes a prompt alone."""
+    from ..forward.generation import generate_tokens
 
     batch = collate([enc], variant.positions, 0)
     made = prefill(model, variant, enc, store, reading, batch)

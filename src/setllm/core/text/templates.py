@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ...errors import InputError
 from .prompt import Set, SetPrompt, template_prompt
 
 

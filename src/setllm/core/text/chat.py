@@ -1,5 +1,5 @@
 """Chat messages as a set prompt: each message's content may carry set markup
-(``{{a||b}}``, :mod:`setllm.core.prompt`), and the tokenizer's chat template is rendered around
+(``{{a||b}}``, :mod:`setllm.core.text.prompt`), and the tokenizer's chat template is rendered around
 the contents with every set kept whole, so the template's own text never falls inside a set.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..errors import InputError
+from ...errors import InputError
 from .prompt import Set, SetPrompt, as_prompt, parse_markup
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters: a placeholder no template writes

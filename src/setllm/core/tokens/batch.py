@@ -13,9 +13,10 @@ from typing import Literal
 
 import torch
 
-from .encoding import NOT_IN_SET, EncodedPrompt, response_position, response_positions
-from .masks import TokenLayout
-from .variants import PositionKind
+from ..layout.masks import TokenLayout
+from ..layout.positions import NOT_IN_SET, response_position, response_positions
+from ..layout.variants import PositionKind
+from .encoding import EncodedPrompt
 
 
 @dataclass
@@ -39,7 +40,7 @@ def collate(
 ) -> Batch:
     """Build a padded :class:`Batch`; ``responses[i]`` follows prompt ``i`` causally. Rows are
     padded to the longest row, or to ``length`` if that is longer (a fixed shape, see
-    :mod:`setllm.core.scoring`)."""
+    :mod:`setllm.core.forward.scoring`)."""
     responses = responses if responses is not None else [[] for _ in prompts]
     rows, next_pos = zip(*(_row(p, r, positions) for p, r in zip(prompts, responses)))
     n = max(length, max(len(r[0]) for r in rows))

@@ -163,7 +163,7 @@ HALF_COLUMNS = 32
 
 def blocked_linear(layer, rows: int, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` computed as blocks of exactly ``rows`` rows: a row's bits depend on its own
-    block alone (see :mod:`setllm.core.scoring`). Callers pad their rows to a multiple of
+    block alone (see :mod:`setllm.core.forward.scoring`). Callers pad their rows to a multiple of
     ``rows`` once per forward, so this is a view; another count is padded here."""
     n = x.numel() // x.shape[-1]
     blocks = x.reshape(-1, rows, x.shape[-1]) if n % rows == 0 else _padded(x, n, rows)  # [M / R, R, in]
@@ -267,9 +267,9 @@ def _padded(x: torch.Tensor, n: int, rows: int) -> torch.Tensor:
 def fixed_row_linears(model, rows: int, head_rows: int):
     """Inside (this thread only), every linear layer of ``model`` (``nn.Linear``; gpt2's
     ``Conv1D``) multiplies its input as blocks of exactly ``rows`` rows, the output head as
-    blocks of ``head_rows`` (:func:`setllm.core.install.blocked_linear`), so a row's result
+    blocks of ``head_rows`` (:func:`setllm.core.model.install.blocked_linear`), so a row's result
     depends on the row alone, never on how many rows share the forward (see
-    :mod:`setllm.core.scoring`). The head gets smaller blocks because it is read for one row
+    :mod:`setllm.core.forward.scoring`). The head gets smaller blocks because it is read for one row
     per prompt and is the widest layer (a 49k-word vocabulary times 64 rows would cost more
     than the row it serves). The layers were installed once (:func:`install`);
     the model is not changed here: the plan belongs to the call."""

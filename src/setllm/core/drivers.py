@@ -1,8 +1,8 @@
-"""The two ways a prompt is read, behind one small interface (:class:`Reading`: score,
-generate, log-probs): the packed driver (:mod:`setllm.core.scoring`, :mod:`setllm.core.generation`)
-and the documents reading (:mod:`setllm.core.doccache`: a prompt with one set under ``sbp``,
+"""The two drivers a prompt is run on, behind one small interface (:class:`Driver`: score,
+generate, log-probs): the packed driver (:mod:`setllm.core.forward.scoring`, :mod:`setllm.core.forward.generation`)
+and the document cache's (:mod:`setllm.core.doccache`: a prompt with one set under ``sbp``,
 its documents' keys and values from the cache). :class:`setllm.reader.Reader` asks which
-serves each prompt, by the prompt alone, and runs each group on its reading; a surface never
+serves each prompt, by the prompt alone, and runs each group on its driver; a surface never
 knows which it got (the two give a prompt the same answers up to rounding, and each the same
 bits alone or batched).
 
@@ -17,16 +17,17 @@ from typing import Protocol
 
 import torch
 
-from . import doccache, generation, scoring
-from .batch import collate
-from .encoding import EncodedPrompt
-from .runtime import prompt_length
-from .variants import Variant
+from . import doccache
+from .forward import generation, scoring
+from .forward.runtime import prompt_length
+from .layout.variants import Variant
+from .tokens.batch import collate
+from .tokens.encoding import EncodedPrompt
 
 Generated = tuple[str, list[int]]  # text, token ids
 
 
-class Reading(Protocol):
+class Driver(Protocol):
     def score(self, requests: Sequence[scoring.ScoreRequest]) -> list[list[scoring.TokenScore]]:
         """Every option of every request scored after its prompt."""
 
@@ -39,7 +40,7 @@ class Reading(Protocol):
 
 
 @dataclass(frozen=True)
-class PackedReading:
+class PackedDriver:
     """Any prompt: the scoring driver's packed forwards of fixed row blocks, and KV-cached decoding."""
 
     model: object
@@ -60,7 +61,7 @@ class PackedReading:
 
 
 @dataclass(frozen=True)
-class DocumentsReading:
+class CachedDocumentsDriver:
     """A prompt whose documents can be reused (:func:`setllm.core.doccache.unusable` is None):
     its pieces from ``store`` (computed once where missing), under ``key``'s weights, adapters
     and variant; each prompt generated alone, its documents' keys and values reused."""

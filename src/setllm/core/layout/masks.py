@@ -1,5 +1,5 @@
 """Attention masks as composable predicates; each backend's renderer is found in
-:data:`setllm.core.renderers.RENDERERS`.
+:data:`setllm.core.attention.renderers.RENDERERS`.
 
 Shapes: B batch, H heads, Q query tokens, K key tokens (cache + new).
 A mask function is ``fn(b, h, q, kv) -> bool`` on index tensors that broadcast
@@ -143,11 +143,11 @@ class MaskParts(NamedTuple):
 
 
 # Each mask kind, defined once, by its parts. :func:`variant_mask` composes them; flex attention
-# folds the same parts into the layout's tensors (:meth:`setllm.core.flex.FlexLayout.of`), and
-# every backend renders from one of these two (:data:`setllm.core.renderers.RENDERERS`); the
+# folds the same parts into the layout's tensors (:meth:`setllm.core.attention.flex.FlexLayout.of`), and
+# every backend renders from one of these two (:data:`setllm.core.attention.renderers.RENDERERS`); the
 # document cache reads a kind whose elements are apart and whose prompt is causal (an element
 # then depends on nothing after it); element blocks split a bidirectional prompt whose elements
-# are apart. A new kind is one line here (and its name and label in :mod:`setllm.core.variants`).
+# are apart. A new kind is one line here (and its name and label in :mod:`setllm.core.layout.variants`).
 MASK_KINDS: dict[MaskKind, MaskParts] = {
     "causal": MaskParts(bidirectional=False, sets_apart=False),
     "prefix": MaskParts(bidirectional=True, sets_apart=False),

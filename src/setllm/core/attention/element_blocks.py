@@ -12,7 +12,7 @@ the other elements of its set left out, with its own tokens last and its rows th
 Every other row of the prompt (the text, the elements of small sets) is a query of blocks
 over all the prompt's keys, shaped as scoring's option rows so that they share the options'
 attention call (a call more per layer would be ops more than plain transformers dispatches). The masks are still the kind's predicate, read off
-the block's own layout (:func:`setllm.core.packed_attention.dense_block`).
+the block's own layout (:func:`setllm.core.attention.packed_attention.dense_block`).
 
 Why the order of the keys may change: under ``setmask`` every prompt token sees every prompt
 token it may see at all whatever their order (the prompt is read both ways; the causal part
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .batch import PAD_SLOT, round_up
-from .encoding import NOT_IN_SET
-from .masks import kind_parts
+from ..layout.masks import kind_parts
+from ..layout.positions import NOT_IN_SET
+from ..tokens.batch import PAD_SLOT, round_up
 from .packed_attention import PAD
 
 SPLIT_DEVICES = {"cpu"}

@@ -17,20 +17,20 @@ differences when rows move). So:
   tokens, padded once (:func:`packed_forward`) to whole blocks of exactly :func:`matmul_rows`
   rows, one size per device type, and every linear layer multiplies a view of it as
   ``[blocks, rows, width]`` in one batched product (the output head: blocks of
-  ``HEAD_ROWS``; :func:`setllm.core.install.blocked_linear`), whatever the batch. A batched
+  ``HEAD_ROWS``; :func:`setllm.core.model.install.blocked_linear`), whatever the batch. A batched
   product of fp32 on the CPU computes each block of a batch of several by its own product of
   that one shape (measured here, at 1 and 2 threads: every block of batches of 2 to 40
   bit-identical); a batch of one block is not (at 2 threads, 1,536 inputs, the library splits
   the one product's sum over the threads), so on more than one thread a lone block is read as
   a batch of its two halves of output columns, a narrow layer's as two copies of it
-  (:func:`setllm.core.install.batched_product`; on
+  (:func:`setllm.core.model.install.batched_product`; on
   one thread a lone block runs the kernel every block of a batch runs): a block's rows get the
   bits of the same block in any forward;
-- attention, the one place tokens meet, runs per request (:mod:`setllm.core.packed_attention`) on a block
+- attention, the one place tokens meet, runs per request (:mod:`setllm.core.attention.packed_attention`) on a block
   whose shape the request alone fixes: its prompt left-padded to a multiple of
   ``PROMPT_BUCKET`` tokens (a long prompt on flex attention: to a flex length,
-  :func:`setllm.core.flex.padded_length`; a long prompt with a large set, on the CPU, in
-  blocks per element, :mod:`setllm.core.element_blocks`, whose choice and shapes the prompt
+  :func:`setllm.core.attention.flex.padded_length`; a long prompt with a large set, on the CPU, in
+  blocks per element, :mod:`setllm.core.attention.element_blocks`, whose choice and shapes the prompt
   alone fixes too), each option right-padded to a multiple of ``OPTION_BUCKET``. A padded slot gathers packed row 0, whatever token that is: as a key
   it is masked (0 / -inf added before the softmax), so its weight is exactly 0 and it adds
   exactly 0 to every real row's sum; as a query, nothing reads its row. The padding after
@@ -43,7 +43,7 @@ full speed on a CPU (measured here: 116 GFLOP/s, as 128 to 1024 rows); padding g
 every layer only to the end of the last row block, as the last block's zeros did before.
 
 The model is not changed by a call: the linear layers and the attention were installed
-once (:mod:`setllm.core.install`), and a forward's row blocks and attention plan are
+once (:mod:`setllm.core.model.install`), and a forward's row blocks and attention plan are
 context of the call, so calls on several threads run at once with these same bits.
 
 Shapes: B prompts, V vocab; packed rows are ``[1, S]``.
@@ -57,19 +57,22 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError
-from . import element_blocks, graphs, install, packed_attention
-from .batch import Batch, padded_layout, round_up
-from .encoding import NOT_IN_SET, EncodedPrompt, response_positions
-from .fit import check_fits, sliding_window
-from .flex import padded_length
-from .install import fixed_row_linears
-from .kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
-from .masks import TokenLayout
-from .owner import active_adapters
+from ...errors import InputError
+from ..attention import element_blocks, packed_attention
+from ..attention.flex import padded_length
+from ..layout.masks import TokenLayout
+from ..layout.positions import NOT_IN_SET, response_positions
+from ..layout.variants import Variant
+from ..model import install
+from ..model.fit import check_fits, sliding_window
+from ..model.install import fixed_row_linears
+from ..model.kvcache import cache_kwarg, new_cache, output_cache, truncate_cache
+from ..model.owner import active_adapters
+from ..tokens.batch import Batch, padded_layout, round_up
+from ..tokens.encoding import EncodedPrompt
+from . import graphs
 from .runtime import forward, uses_flex
 from .values import OptionScore  # its home is torch-free; exported here as before
-from .variants import Variant
 
 # The fixed shapes of every scoring forward (see the module docstring). One block size per
 # device type, still a fixed shape there: 64 rows run a CPU at full speed; a GPU needs larger
@@ -155,8 +158,8 @@ class _Prompts:
     """Prompts packed into one row: where each one's tokens are and its own padded layout.
 
     Layouts are Python lists here (``valid, is_prompt, set_ids, element_ids, positions``,
-    as :class:`setllm.core.masks.TokenLayout`): a forward's blocks become tensors once per
-    group of blocks (:func:`setllm.core.packed_attention.plan`), not once per block."""
+    as :class:`setllm.core.layout.masks.TokenLayout`): a forward's blocks become tensors once per
+    group of blocks (:func:`setllm.core.attention.packed_attention.plan`), not once per block."""
 
     def __init__(self, model, variant: Variant, pad_id: int, encs: Sequence[EncodedPrompt]):
         self.variant, self.encs, self.window = variant, encs, sliding_window(model.config)
@@ -177,7 +180,7 @@ class _Prompts:
     def prompt_blocks(self, i: int) -> list[packed_attention.AttentionBlock]:
         """Prompt ``i``'s own attention: one block, or, for a long prompt with a large set on
         the CPU, one block per element and the other rows in blocks of an option row's shape
-        (:mod:`setllm.core.element_blocks`)."""
+        (:mod:`setllm.core.attention.element_blocks`)."""
         keys = self.keys(i)
         rest = (OPTION_BUCKET, len(keys) + OPTION_BUCKET)  # the shape of an option row of up to OPTION_BUCKET tokens
         parts = None if self.flex[i] else element_blocks.split(self.variant.mask, self.layouts[i], keys, PROMPT_BUCKET, self.window,
@@ -214,7 +217,7 @@ def row_plan(model) -> install.RowPlan:
 
 def fixed_rows(model):
     """Inside, the model's linear layers multiply in :func:`row_plan`'s blocks
-    (:func:`setllm.core.install.fixed_row_linears`)."""
+    (:func:`setllm.core.model.install.fixed_row_linears`)."""
     plan = row_plan(model)
     return fixed_row_linears(model, plan.rows, plan.head_rows)
 
@@ -352,7 +355,7 @@ def packed_forward(model, plan, ids, pos, cache, keep):
 
 
 def _captured_forward(model, captured: graphs.Graphs, plan, ids, pos, keep, k: int):
-    """:func:`packed_forward` on a fresh cache by a CUDA graph (:mod:`setllm.core.graphs`): the
+    """:func:`packed_forward` on a fresh cache by a CUDA graph (:mod:`setllm.core.forward.graphs`): the
     plan's device tensors are made first and are inputs of the graph with the padded ``ids``,
     ``pos`` and ``keep``; the KV cache is rebuilt from the keys and values the graph returns."""
     device, rows, config = model.device, row_plan(model), model.config.get_text_config()

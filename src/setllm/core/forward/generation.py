@@ -12,12 +12,13 @@ from collections.abc import Sequence
 
 import torch
 
-from . import fit, runtime
-from .batch import Batch, continuation_layout
-from .encoding import response_position
+from ..layout.positions import response_position
+from ..layout.variants import Variant
+from ..model import fit
+from ..tokens.batch import Batch, continuation_layout
+from . import runtime
 from .scoring import prefill
 from .values import GenerationConfig  # its home is torch-free; exported here as before
-from .variants import Variant
 
 
 def sample(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
@@ -50,7 +51,7 @@ DEVICE_CHECK_EVERY = 8
 @torch.no_grad()
 def decode_one_token(model, variant: Variant, cache, batch: Batch, token: torch.Tensor, step: int):
     """Feed one token per row ``[B]``; returns next-token logits ``[B, V]`` and the grown batch.
-    Everything stays on the device of ``batch`` (see :func:`setllm.core.runtime.step`)."""
+    Everything stays on the device of ``batch`` (see :func:`setllm.core.forward.runtime.step`)."""
     positions = (batch.next_positions + response_position(variant.positions, 0, step))[:, None]
     layout = batch.layout.cat(continuation_layout(torch.ones_like(positions, dtype=torch.bool), positions))
     device = model.device
@@ -95,7 +96,7 @@ def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: Ge
     that ended it included, and those of a stop string or a character cut in half that the
     text leaves out (OpenAI's log-probs show what was generated, not what was kept).
     ``prefilled``: the ``(cache, next-token log-probs)`` of the batch, where already made
-    (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.scoring.prefill` makes them.
+    (:func:`setllm.core.doccache.prefill`); else :func:`setllm.core.forward.scoring.prefill` makes them.
     ``on_token(tokens)``, ``processor``: see :func:`decode_after_prefill`."""
     stop_ids = eos_ids(model, tokenizer)
     cache, logprobs = prefilled or prefill(model, variant, batch)
@@ -106,7 +107,7 @@ def generate_tokens(model, tokenizer, variant: Variant, batch: Batch, config: Ge
 @torch.no_grad()
 def decode_after_prefill(model, tokenizer, variant: Variant, batch: Batch, cache, logprobs, config: GenerationConfig,
                          on_token=None, processor=None) -> list[list[int]]:
-    """Every row's sampled tokens after :func:`setllm.core.scoring.prefill` gave ``cache`` and the
+    """Every row's sampled tokens after :func:`setllm.core.forward.scoring.prefill` gave ``cache`` and the
     next-token ``logprobs``: up to EOS (included), a stop string or ``max_new_tokens``. The
     cache is consumed (it grows). ``on_token(tokens)`` after each step, with every row's tokens
     so far (the lists this returns, growing): a caller's way to stream them, or to stop by raising.

@@ -1,7 +1,7 @@
 """One mask renderer per attention backend, all in one registry: :data:`RENDERERS`.
 
 A mask is defined once, as a predicate: a kind's parts composed over a layout
-(:func:`setllm.core.masks.variant_mask`). A :class:`MaskSpec` names the mask one forward
+(:func:`setllm.core.layout.masks.variant_mask`). A :class:`MaskSpec` names the mask one forward
 needs; each backend's renderer makes of it what that backend reads:
 
     backend          renders                                            from
@@ -11,13 +11,13 @@ needs; each backend's renderer makes of it what that backend reads:
                      at a forward's first layer (packed attention's
                      groups, a cached question's pieces)
 
-So a new mask kind renders on every backend from its parts (:data:`setllm.core.masks.MASK_KINDS`)
-and a new backend is one renderer here. Element blocks (:mod:`setllm.core.element_blocks`) are
+So a new mask kind renders on every backend from its parts (:data:`setllm.core.layout.masks.MASK_KINDS`)
+and a new backend is one renderer here. Element blocks (:mod:`setllm.core.attention.element_blocks`) are
 no backend: they choose the blocks a long prompt's attention is read in, and each block's mask
 renders as ``packed``.
 
 Every renderer allows the same pairs as the predicate: for the example drawn in
-:mod:`setllm.core.masks`, tested for every kind and backend (tests/core/test_masks.py).
+:mod:`setllm.core.layout.masks`, tested for every kind and backend (tests/core/test_masks.py).
 
 Shapes: B rows, Q queries (the layout's last Q tokens), K keys (cache + new).
 """
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError
+from ...errors import InputError
+from ..layout.masks import TokenLayout, additive, render_bool, variant_mask
+from ..layout.variants import MaskKind
 from .flex import FlexLayout, block_mask
-from .masks import TokenLayout, additive, render_bool, variant_mask
-from .variants import MaskKind
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def _additive(spec: MaskSpec, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _block_mask(spec: MaskSpec, dtype: torch.dtype):
-    # The kind folded into the layout's tensors: one compiled predicate for every kind (core/flex.py).
+    # The kind folded into the layout's tensors: one compiled predicate for every kind (core/attention/flex.py).
     return block_mask(FlexLayout.of(spec.kind, spec.layout, spec.window, spec.q_offset), spec.q_len, spec.layout.shape[1])
 
 

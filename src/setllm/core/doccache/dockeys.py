@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
-from .prompt import SetPrompt
+from ..text.prompt import SetPrompt
 
 
 def document_keys(prompt: SetPrompt, reading: str = "") -> list[str]:

@@ -2,7 +2,7 @@
 
 On a GPU a short forward costs its kernel launches (hundreds per layer stack), not its
 arithmetic. A CUDA graph records the kernels of one forward once and replays them with one
-launch. Scoring's packed prefill (:func:`setllm.core.scoring.packed_forward` on a fresh
+launch. Scoring's packed prefill (:func:`setllm.core.forward.scoring.packed_forward` on a fresh
 cache) already has fixed shapes: its tokens are padded to whole row blocks, its attention
 blocks to buckets, so the same shapes repeat across calls, and each repeat replays a graph.
 
@@ -13,7 +13,7 @@ How a replay is made (:class:`Graphs`):
 
 - the *inputs* of a forward are every tensor it reads that a call changes: the packed token
   ids, positions and kept rows, and the attention plan's device tensors (gather indices,
-  masks), made on the device before the forward (:func:`setllm.core.packed_attention.prime`)
+  masks), made on the device before the forward (:func:`setllm.core.attention.packed_attention.prime`)
   so the captured forward makes none;
 - the *key* of a graph is the shapes and dtypes of those inputs, and the model's active
   adapters: two forwards of one key run the same Python, so the same kernels on the same
@@ -29,7 +29,7 @@ How a replay is made (:class:`Graphs`):
 Same bits as uncaptured: a replay launches the very kernels the uncaptured forward of that
 shape launches, on the same shapes and on the same values (copied into the buffers), so it
 computes the same bits; setllm's fixed-row linears and per-request attention make those bits
-the request's own, whatever else shares the forward, as uncaptured (:mod:`setllm.core.scoring`).
+the request's own, whatever else shares the forward, as uncaptured (:mod:`setllm.core.forward.scoring`).
 What a graph cannot keep is anything the Python of the forward decides from values rather
 than shapes: the forward reads none (the plan's device tensors are made before it, which
 :meth:`Graphs.run` checks: a forward that makes one is refused, not captured).
@@ -40,7 +40,7 @@ results into the same output buffers: the copying in, the keys, the reuse of an 
 cloning out are the code that runs on CUDA.
 
 Not captured: forwards on an existing cache (option rows after the first
-:data:`setllm.core.scoring.OPTION_TOKENS`), prompts on flex attention, and decoding, whose
+:data:`setllm.core.forward.scoring.OPTION_TOKENS`), prompts on flex attention, and decoding, whose
 DynamicCache grows every step (it needs a static cache of a fixed length first).
 """
 
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError
-from .owner import owner
+from ...errors import InputError
+from ..model.owner import owner
 
 Fn = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
@@ -142,7 +142,7 @@ class Graphs:
 
 def enable(model, runner=None) -> Graphs:
     """Capture ``model``'s scoring forwards in CUDA graphs from now on (installed once, when the
-    model is loaded, as :mod:`setllm.core.install` installs the linears). Refused on a model not
+    model is loaded, as :mod:`setllm.core.model.install` installs the linears). Refused on a model not
     on CUDA unless a ``runner`` is given (tests: :class:`EagerRunner`)."""
     if runner is None and model.device.type != "cuda":
         raise InputError(f"cuda_graphs needs a model on CUDA; this one is on {model.device.type} (leave cuda_graphs off)")

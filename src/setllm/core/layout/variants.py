@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import InputError
+from ...errors import InputError
 
 # The attention implementations that take an arbitrary mask. On CUDA, PyTorch runs SDPA with
 # a mask on its memory-efficient kernel (its flash kernel takes none); flex_attention compiles

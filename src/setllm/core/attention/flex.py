@@ -9,7 +9,7 @@ hits dynamo's recompile limit and falls back to an unfused kernel that materiali
 full score matrix. So here:
 
 - **one predicate for every mask kind** (:func:`mask_mod`): the kind is folded into the
-  layout's tensors instead of the code, by its parts as :data:`setllm.core.masks.MASK_KINDS`
+  layout's tensors instead of the code, by its parts as :data:`setllm.core.layout.masks.MASK_KINDS`
   defines them (a kind without a bidirectional prompt sees no prompt token as one; a kind
   that keeps no sets apart sees no sets), the window and the query offset are 0-dim
   tensors. Every variant, window and offset runs the same code with tensors of the same
@@ -19,8 +19,8 @@ full score matrix. So here:
 - the BlockMask is built by a compiled ``create_block_mask`` (``_compile=True``: block by
   block, never over the full ``N x N`` grid) once per forward, and shared by every layer.
 
-The predicate is still the composition of :mod:`setllm.core.masks`' predicates (tested
-equal to :func:`setllm.core.masks.variant_mask` for every kind); only its inputs changed.
+The predicate is still the composition of :mod:`setllm.core.layout.masks`' predicates (tested
+equal to :func:`setllm.core.layout.masks.variant_mask` for every kind); only its inputs changed.
 
 Shapes: B rows, H heads, Q queries, K keys, d head size.
 """
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import TokenLayout, and_masks, causal_mask, kind_parts, or_masks, padding_mask, prefix_mask, set_mask, window_mask
-from .variants import MaskKind
+from ..layout.masks import TokenLayout, and_masks, causal_mask, kind_parts, or_masks, padding_mask, prefix_mask, set_mask, window_mask
+from ..layout.variants import MaskKind
 
 BLOCK = 128  # flex attention's block size: lengths are padded to multiples of it
 NO_WINDOW = 2**30  # a window wider than any context: the predicate stays the same code
