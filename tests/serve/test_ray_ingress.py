@@ -59,7 +59,20 @@ def client(engine, **config):
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
 
-    return ingress, TestClient(app)
+    return ingress, TestClient(app, base_url="http://127.0.0.1")  # a loopback Host, as a local client sends
+
+
+def test_a_host_the_server_does_not_answer_gets_the_single_servers_400():
+    """A keyless loopback fleet answers loopback Host names only (DNS rebinding), as one server does."""
+    engine = FakeEngine()
+    _, http = client(engine)
+    r = http.post("/v1/choose", json={"question": "q", "options": ["a", "b"]}, headers={"host": "rebound.example:8000"})
+    assert r.status_code == 400 and r.json() == {"error": "this server answers requests for 127.0.0.1, ::1, localhost only (--allowed-hosts)"}
+    r = http.post("/v1/chat/completions", json={"messages": []}, headers={"host": "rebound.example"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("this server answers requests for")  # OpenAI's error object
+    assert engine.sent == []  # nothing reached a replica
+    _, anyone = client(FakeEngine(), allowed_hosts="*")
+    assert anyone.get("/health", headers={"host": "rebound.example"}).status_code == 200
 
 
 def test_forwards_with_documents_and_names_the_replica():

@@ -126,7 +126,7 @@ def test_the_ingress_passes_a_stream_on_and_counts_it_until_its_end():
         response = await ingress(Request(scope, receive))
         await response(scope, receive, send)
 
-    r = TestClient(app).post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True})
+    r = TestClient(app, base_url="http://127.0.0.1").post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True})
     assert r.status_code == 200 and r.text == "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n" and r.headers[REPLICA_HEADER] == "r7"
     assert r.headers["content-type"] == "text/event-stream" and "content-length" not in r.headers
     assert ingress.in_flight == 0 and engine.cancelled and ingress.replicas["r7"] == {"in_flight": 1} and ingress.answered == {"r7": 1}
@@ -178,7 +178,7 @@ def ingress_client(engine):
         response = await ingress(Request(scope, receive))
         await response(scope, receive, send)
 
-    return ingress, TestClient(app)
+    return ingress, TestClient(app, base_url="http://127.0.0.1")  # a loopback Host, as a local client sends
 
 
 def test_a_stream_whose_replica_died_before_its_first_byte_goes_to_another():

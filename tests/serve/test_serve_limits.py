@@ -80,6 +80,13 @@ BAD = [
     ("/v1/responses", {"input": "hi", "text": {"format": {"type": "xml"}}}, 400, "text.format.type: one of text, json_object, json_schema"),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 1000, "stream": True}, 400, "max_output_tokens: at most 512"),
     ("/v1/generate", {"prompt": "x", "adapter": "nope", "stream": True}, 404, "no adapter or model 'nope'"),
+    # a structured answer or a tool call past --max-generate-tokens: the plain request's 400, not a 422 of its own
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 513,
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "boolean"}}}},
+     400, "max_tokens: at most 512 on this server (--max-generate-tokens)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 513,
+                              "tools": [{"type": "function", "function": {"name": "say", "parameters": {"type": "object"}}}]},
+     400, "max_tokens: at most 512 on this server (--max-generate-tokens)"),
 ]
 
 
@@ -144,6 +151,18 @@ def test_prompts_too_long_get_413(lm):
         r = client.post("/v1/generate", json={"prompt": "apple " * 60 + "end", "max_new_tokens": 200})
         assert r.status_code == 413 and r.json()["error"].startswith("prompt (") and "max_new_tokens (200)" in r.json()["error"]
         assert client.post("/v1/choose", json=CHOOSE).status_code == 200  # and the server goes on
+
+
+@pytest.mark.parametrize("extra", [
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "boolean"}}}},
+    {"tools": [{"type": "function", "function": {"name": "say", "parameters": {"type": "object"}}}], "tool_choice": "required"},
+], ids=["structured", "tool"])
+def test_a_structured_or_tool_prompt_past_max_prompt_tokens_gets_the_plain_413(lm, extra):
+    body = {"messages": [{"role": "user", "content": "apple banana cherry " * 10}], "max_tokens": 4, **extra}
+    with serving(lm, max_prompt_tokens=20) as client:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["message"].startswith("prompt is ") and "at most 20 (--max-prompt-tokens)" in r.json()["error"]["message"]
 
 
 def test_a_full_queue_gets_503_with_retry_after(fresh_lm):

@@ -9,7 +9,8 @@ its ``Host`` header, so answering loopback names only (``localhost``, ``127.0.0.
 
 It wraps the app where the server listens (:func:`.server.make_server`), not inside
 :func:`.app.create_app`: an app served in-process (tests, a Ray replica behind its ingress)
-has no Host to trust. starlette's ``TrustedHostMiddleware`` answers a plain-text 400; this
+has no Host to trust; the Ray ingress, where ``--replicas`` listens, checks it by the same rule
+(:func:`refused_host`). starlette's ``TrustedHostMiddleware`` answers a plain-text 400; this
 answers in the server's error shape.
 """
 
@@ -28,11 +29,19 @@ class HostCheck:
         self.app, self.hosts, self.error = app, hosts, error
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and host_name(dict(scope["headers"]).get(b"host", b"")) not in self.hosts:
-            refusal = BadRequest(f"this server answers requests for {', '.join(sorted(self.hosts))} only (--allowed-hosts)")
+        refusal = refused_host(dict(scope["headers"]).get(b"host", b""), self.hosts) if scope["type"] == "http" else None
+        if refusal is not None:
             await self.error(refusal, scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def refused_host(header: bytes, hosts: frozenset[str] | None) -> BadRequest | None:
+    """The 400 for a request whose ``Host`` header is not among ``hosts`` (None: any is answered),
+    the one rule of the single server and of the Ray ingress."""
+    if hosts is None or host_name(header) in hosts:
+        return None
+    return BadRequest(f"this server answers requests for {', '.join(sorted(hosts))} only (--allowed-hosts)")
 
 
 def host_name(header: bytes) -> str:
