@@ -36,8 +36,8 @@ demo: setup
 	$(BIN)/setllm demo
 
 # Two workers, one torch thread each (two 2-thread workers on 2 cores spin against each other);
-# a file's tests stay on one worker (tests/conftest.py), the Ray files all on one.
-PYTEST := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup
+# a file's tests stay on one worker, the Ray files all on one (tests/conftest.py).
+PYTEST := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -rs -n 2
 
 test: setup
 	$(PYTEST)

@@ -19,13 +19,19 @@ import pytest
 import torch
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) a file's tests run on
-    one worker, so its module fixtures (a model, a server) are built once; the Ray files
-    share one worker, so that two Ray sessions never start side by side."""
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("ray" if Path(path).name.startswith("test_ray") else path))
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``make test`` runs ``-n 2``) a file's tests run on one worker, in
+    order, so its module fixtures (a model, a server) are built once; the Ray files share one
+    worker, so that two Ray sessions never start side by side."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "ray" if Path(path).name.startswith("test_ray") else path
+
+    return ByFile(config, log)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -239,10 +239,8 @@ class Service:
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
     async def call(self, run: Callable[[Any], Any], adapter: str | None = None, prompt: SetPrompt | None = None) -> Any:
-        """``run(lm)`` on the model thread, queued as every job is (``--max-queue``, ``--timeout-s``,
-        dropped or stopped when its client leaves): a reading the library composes itself, such as
-        a structured answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``, the one
-        it reads, is sized against ``--max-prompt-tokens`` first (413)."""
+        """``run(lm)`` on the model thread, queued, bounded and cancelled as every job is: a structured
+        answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``: the one it reads (413 past ``--max-prompt-tokens``)."""
         return await self.batcher.submit(CallJob(run, self.engine_key(adapter), prompt))
 
     async def generate_all(self, prompts: Sequence[SetPrompt | tuple[int, ...]], *args: Any, using=None, **kwargs: Any) -> list[Generated]:
