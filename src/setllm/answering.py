@@ -80,13 +80,13 @@ class DocumentsReading:
     another kind of task: the documents plan the model's own plan holds
     (:attr:`setllm.loading.plan.LoadPlan.documents`, the one rule that picks ``setllm eval
     --dataset documents``'s adapter), built once, on the first answer. ``read_as``: the
-    reading of the model as loaded; a view read otherwise answers as it is. ``owner``: the
+    reading of the model as loaded; ``loader``: the class that builds it; a view read otherwise answers as it is. ``owner``: the
     loaded model, whose document cache the documents reading reads through
     (:func:`setllm.core.doccache.share`)."""
 
-    def __init__(self, plan: LoadPlan, read_as: ReadOptions, progress: bool, owner=None, build: type | None = None):
+    def __init__(self, plan: LoadPlan, read_as: ReadOptions, progress: bool, loader: type, owner=None):
         self.plan, self.read_as, self.progress, self.owner = plan, read_as, progress, owner
-        self.build = build  # the class whose ``build`` loads it (SetLLM's)
+        self.loader = loader  # the class whose ``build`` loads it (SetLLM: this module sits below it)
         self.origin = plan.origin  # which model and adapter it reads with, known before it loads
         self._lm = None
         self._lock = threading.Lock()
@@ -96,7 +96,7 @@ class DocumentsReading:
         what was loaded; a server says it in its start-up lines instead)."""
         with self._lock:
             if self._lm is None:
-                self._lm = self.build.build(self.plan, self.progress)
+                self._lm = self.loader.build(self.plan, self.progress)
                 if self.owner is not None:  # documents cached as the owner's were asked to be (under sbp)
                     doccache.share(self._lm.model, self.owner)
                 if say:

@@ -92,7 +92,7 @@ class SetLLM(AnswerMixin, Reader):
         net, tok = load_as(plan)
         lm = cls(net, tok, progress=progress, **read)
         if plan.documents is not None:  # "auto" means another adapter for documents
-            object.__setattr__(lm, "_documents", DocumentsReading(plan.documents, lm.options, progress, lm.model, cls))
+            object.__setattr__(lm, "_documents", DocumentsReading(plan.documents, lm.options, progress, cls, lm.model))
         return lm
 
     @property

@@ -190,9 +190,9 @@ def batched_product(layer, blocks: torch.Tensor) -> torch.Tensor:
     reads the same block twice. On one thread the lone block runs the very kernel each block
     of a batch does (measured and tested alike): read as it is.
 
-    A half narrower than :data:`HALF_COLUMNS` would run another kernel than the whole width
-    does (measured: 16 outputs, halves of 8, differ in the last bits on an AMD EPYC), so such a
-    layer reads the same block twice too."""
+    Halves are taken only where each is a whole multiple of :data:`HALF_COLUMNS`: a narrower
+    half may run another kernel than the whole width does (measured: 16 outputs, halves of 8,
+    differ in the last bits on an AMD EPYC), so any other layer reads the same block twice."""
     if blocks.shape[0] == 1 and torch.get_num_threads() > 1:
         if _width(layer) % (2 * HALF_COLUMNS) == 0:
             return _halves(layer, blocks)
