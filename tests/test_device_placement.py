@@ -19,14 +19,14 @@ class Loads:
     may have none to put a model on, nor to pin memory for PEFT's adapter loading."""
 
     def __init__(self, monkeypatch):
-        self.asked, self.gpu, load = [], False, loading.load_model
+        self.asked, self.gpu, load = [], False, loading._load
 
         def recording(*args, device=None, **kwargs):
             self.asked.append(device)
             self.gpu = False
             return load(*args, device=None, **kwargs)
 
-        monkeypatch.setattr(loading, "load_model", recording)
+        monkeypatch.setattr(loading, "_load", recording)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: self.gpu)
 
 

@@ -17,7 +17,7 @@ from .core.forward import generation, scoring
 from .core.text.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
 from .errors import InputError
 from .loading import Origin
-from .loading.model import load_as
+from .loading.model import build
 from .loading.options import LoadOptions
 from .loading.plan import LoadPlan, plan_load
 from .loading.shipped import default_adapter  # noqa: F401  (setllm.default_adapter)
@@ -42,7 +42,15 @@ class SetLLM(AnswerMixin, Reader):
         allow_untested: run a model type setllm has not verified.
         origin: which model and adapter were loaded (set by :meth:`from_pretrained`).
         threads: the torch thread count every computation runs on (None: the thread's own).
+        documents: the plan of the documents reading :meth:`answer` uses (set by :meth:`build`).
     """
+
+    def __init__(self, model, tokenizer, *args, documents: LoadPlan | None = None, **kwargs):
+        """``documents``: the plan of the reading :meth:`answer` uses where ``adapter="auto"``
+        picks another adapter for documents (set by :meth:`build`; loaded on the first answer)."""
+        super().__init__(model, tokenizer, *args, **kwargs)
+        if documents is not None:
+            object.__setattr__(self, "_documents", DocumentsReading(documents, self.options, self.options.progress, type(self), self.model))
 
     def _init(self, model, tokenizer, options: ReadOptions, origin: Origin, switch: Callable[[], AbstractContextManager] | None = None,
               threads: int | None = None) -> None:
@@ -82,18 +90,13 @@ class SetLLM(AnswerMixin, Reader):
         The decisions are made first, without torch (:func:`setllm.loading.plan.plan_load`),
         then :meth:`build` loads them."""
         plan = plan_load(options, kind)  # decided first, without torch; then built
-        return cls.build(plan, progress)
+        return build(cls, plan, progress)
 
     @classmethod
     def build(cls, plan: LoadPlan, progress: bool = False) -> SetLLM:
-        """Load what ``plan`` decided: its model and adapter, read as it says."""
-        plan.say_cautions()
-        read = plan.read_as()
-        net, tok = load_as(plan)
-        lm = cls(net, tok, progress=progress, **read)
-        if plan.documents is not None:  # "auto" means another adapter for documents
-            object.__setattr__(lm, "_documents", DocumentsReading(plan.documents, lm.options, progress, cls, lm.model))
-        return lm
+        """Load what ``plan`` decided: its model and adapter, read as it says
+        (:func:`setllm.loading.model.build`)."""
+        return build(cls, plan, progress)
 
     @property
     def judge_readout(self) -> str:

@@ -34,9 +34,10 @@ from .errors import InputError
 from .loading.adapters import apply_adapter, check_adapter
 from .loading.model import load_as
 from .loading.options import LoadOptions
-from .loading.plan import LoadPlan, Record, plan_load, read_record
-from .loading.shipped import SHIPPED_ADAPTERS, default_adapter, embedded_or
-from .loading.sources import DEFAULT_MODEL
+from .loading.plan import LoadPlan, plan_load
+from .loading.record import Record, read_record
+from .loading.shipped import SHIPPED_ADAPTERS, default_adapter
+from .loading.sources import DEFAULT_MODEL, embedded_or
 from .reader import switched
 from .sharing import model_lock
 

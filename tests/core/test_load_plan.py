@@ -89,7 +89,7 @@ def test_planning_needs_no_torch():
 def test_dry_run_prints_the_plan_and_loads_nothing(model_dir, adapters, capsys, monkeypatch):
     import setllm.loading.model as model
 
-    monkeypatch.setattr(model, "load_model", lambda *a, **k: pytest.fail("--dry-run loaded a model"))
+    monkeypatch.setattr(model, "_load", lambda *a, **k: pytest.fail("--dry-run loaded a model"))
     code, out, _ = run_cli(capsys, "choose", "Which?", "--options", "a", "b", "--model", model_dir, "--adapter", adapters["main"], "--dry-run")
     assert code == 0 and f"adapter: {adapters['main']}" in out and f"variant: setmask-setpe (from {METADATA_FILE})" in out
     assert json.loads(out.split("record: ")[1].splitlines()[0])["template"] == "modified"

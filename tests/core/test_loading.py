@@ -268,7 +268,34 @@ def test_loading_prints_no_library_noise(tmp_path, capsys):
     assert "Loading weights" in capsys.readouterr().err  # asked for: kept
 
 
-# -- 5. the hub ---------------------------------------------------------------------------------
+# -- 5. the family's attention ------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch, own", [("llama", "sdpa"), ("gemma2", "eager")])
+def test_the_default_attention_is_the_familys_own_and_reads_as_it(tmp_path, arch, own):
+    """``sdpa`` asked (the default) loads as the family reads: gemma2, which sdpa cannot
+    soft-cap, on eager, without a config read before the load; the same bits as the model
+    built on that attention (one computation on the same weights)."""
+    model = tiny_model(arch, attn=own)
+    model.save_pretrained(tmp_path / arch)
+    tiny_tokenizer().save_pretrained(tmp_path / arch)
+    net, _ = load_model(str(tmp_path / arch))
+    assert net.config._attn_implementation == own
+    ids = torch.tensor([[5, 17, 42, 9, 3]])
+    with torch.no_grad():
+        assert torch.equal(net(ids).logits, model(ids).logits)
+
+
+def test_a_verified_family_loaded_on_another_attention_is_switched_to_its_own():
+    from setllm.core.model.families import fit_attention
+
+    net = tiny_model("llama", attn="eager")
+    fit_attention(net, "sdpa")
+    assert net.config._attn_implementation == "sdpa"
+    fit_attention(net, "eager")  # asked by name: kept as asked
+    assert net.config._attn_implementation == "eager"
+
+
+# -- 6. the hub ---------------------------------------------------------------------------------
 
 def test_offline_hub_fails_fast_with_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -238,7 +238,8 @@ def test_documents_default_to_sbp_with_its_documents_adapter():
     variant's name away; its other kinds of task and canonical read the base model under sbp."""
     from setllm import LoadOptions
     from setllm.api import default_adapter
-    from setllm.loading.plan import plan_load, read_record
+    from setllm.loading.plan import plan_load
+    from setllm.loading.record import read_record
 
     documents = default_adapter("documents")
     assert documents is not None and documents.endswith("smollm2-135m-documents-sbp")
@@ -256,7 +257,8 @@ def test_documents_default_to_sbp_with_its_documents_adapter():
 def test_the_setmask_setpe_documents_adapter_is_a_variant_away():
     from setllm import LoadOptions
     from setllm.api import default_adapter
-    from setllm.loading.plan import plan_load, read_record
+    from setllm.loading.plan import plan_load
+    from setllm.loading.record import read_record
 
     setmask = plan_load(LoadOptions(variant="setmask-setpe"), "documents").adapter
     assert setmask is not None and setmask.endswith("smollm2-135m-documents") and setmask == default_adapter("documents", "setmask-setpe")

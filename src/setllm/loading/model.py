@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ..core.layout.variants import check_attention
-from ..core.model.families import default_attention
+from ..core.model.families import fit_attention
 from ..errors import ModelLoadError
 from .adapters import apply_adapter, base_key, check_adapter, recorded_base
 from .checks import check_model_files
@@ -46,9 +46,18 @@ def load_model(
     "Loading weights" bar per load; off by default: noise for small models). ``record``: the
     adapter's ``setllm.json`` as a plan read it (None: read here).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     check_attention(attn_implementation, "attn_implementation")  # before any download or load
+    return _load(model, adapter, dtype, attn_implementation, device=device, allow_pickle=allow_pickle,
+                 allow_base_mismatch=allow_base_mismatch, progress=progress, merge=merge, record=record)
+
+
+def _load(model, adapter, dtype, attn_implementation, *, device, allow_pickle, allow_base_mismatch, progress=False, merge=False,
+          record=None):
+    """:func:`load_model` with its options checked (a plan's are, by :class:`setllm.LoadOptions`):
+    every step of loading first, then the family's attention, the one step that needs the
+    model (a load reads down the layers once: loading here, the model's core after)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     adir = check_adapter(adapter, model or DEFAULT_MODEL, allow_pickle, allow_base_mismatch, record) if adapter is not None else None
     path = resolve(model)
     check_not_an_adapter(path)
@@ -60,11 +69,10 @@ def load_model(
     adapter_lookup = {"adapter_kwargs": {"local_files_only": True}} if cache_only else {}
     with quiet_loading(progress):
         try:
-            if attn_implementation == "sdpa":  # a family that cannot run sdpa (gemma2) gets its own default
-                attn_implementation = default_attention(AutoConfig.from_pretrained(path, **kwargs).model_type, attn_implementation)
             tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
             net = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, attn_implementation=attn_implementation, use_safetensors=None if allow_pickle else True,
+                path, dtype=dtype, attn_implementation=None if attn_implementation == "sdpa" else attn_implementation,  # see fit_attention
+                use_safetensors=None if allow_pickle else True,
                 **kwargs, **adapter_lookup,
             )
         except (OSError, ValueError, safetensor_error()) as e:
@@ -76,7 +84,20 @@ def load_model(
     if device:
         net = net.to(device)
     net.eval()
+    fit_attention(net, attn_implementation)  # the family's own where it cannot run sdpa (gemma2: eager)
     return net, tokenizer
+
+
+def build(cls: type, plan: LoadPlan, progress: bool = False):
+    """``cls`` (:class:`setllm.SetLLM` or a subclass) on the model ``plan`` decided, read as it
+    says: the cautions said, the weights loaded (:func:`load_as`), the class handed the
+    reading and the plan of ``answer``'s documents reading. The one build of every loader
+    that makes a model of its own; the class comes from above, so a load runs down the
+    layers once."""
+    plan.say_cautions()
+    read = plan.read_as()
+    net, tok = load_as(plan)
+    return cls(net, tok, progress=progress, documents=plan.documents, **read)
 
 
 def load_as(plan: LoadPlan, adapter: bool = True):
@@ -89,10 +110,9 @@ def load_as(plan: LoadPlan, adapter: bool = True):
     options = plan.options
     apply_threads(options.threads)  # before loading: loading and every forward run on them
     auto = options.attn == "auto"
-    net, tok = load_model(plan.model, plan.adapter if adapter else None, dtype=options.torch_dtype,
-                          attn_implementation="sdpa" if auto else options.attn, device=options.device or default_device(),
-                          allow_pickle=options.allow_pickle, allow_base_mismatch=options.allow_base_mismatch,
-                          record=plan.record.info)  # loading takes a second: no bar
+    net, tok = _load(plan.model, plan.adapter if adapter else None, options.torch_dtype, "sdpa" if auto else options.attn,
+                     device=options.device or default_device(), allow_pickle=options.allow_pickle,
+                     allow_base_mismatch=options.allow_base_mismatch, record=plan.record.info)  # options checked; loading takes a second: no bar
     if auto:
         use_auto_attention(net)
     if options.cuda_graphs:

@@ -4,7 +4,7 @@ records, the reading and where it came from, the plan of ``answer``'s documents 
 without torch and without loading a weight. Every loader builds from a plan
 (:meth:`setllm.SetLLM.build`, :class:`setllm.AdapterBank`, the server, the CLI's checks and
 ``--dry-run``, resumed ``--output`` jobs), so the variant is decided here alone and each
-``setllm.json`` is read once per load: by :func:`read_record`, here."""
+``setllm.json`` is read once per load: by :func:`setllm.loading.record.read_record`."""
 
 from __future__ import annotations
 
@@ -15,42 +15,18 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.layout.variants import Variant, get_variant
 from ..errors import SetLLMWarning
 from .adapters import Origin
 from .options import LoadOptions, threads_from_env
-from .record import METADATA_FILE, AdapterInfo
-from .shipped import default_adapter, embedded_or
-from .sources import DEFAULT_MODEL
+from .record import METADATA_FILE, Reading, Record, read_record
+from .shipped import chosen_adapter
+from .sources import DEFAULT_MODEL, embedded_or
 
 DOCUMENTS = "documents"  # the kind of task answer() reads, and the shipped adapter of that kind
 # The files of an adapter folder that decide its answers (training logs and checkpoints do not).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", METADATA_FILE)
 MODEL_FILES = ("*.json", "*.safetensors", "*.bin", "*.gguf", "*.model", "*.txt")  # config, weights, tokenizer
 EDGE = 1 << 20  # bytes read at each end of a weights file
-
-
-@dataclass(frozen=True)
-class Record:
-    """An adapter's (or a fine-tuned model's) ``setllm.json`` as read once: what it records
-    and its bytes (the fingerprint hashes them; None: no file)."""
-
-    info: AdapterInfo = AdapterInfo()
-    raw: bytes | None = dataclasses.field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How prompts will be read: the variant, chat and EOS choices, and where the variant
-    came from (``asked``, ``setllm.json`` or ``default``)."""
-
-    variant: str
-    chat: bool
-    eos: bool
-    variant_from: str
-
-    def as_dict(self) -> dict:
-        return {"variant": self.variant, "chat": self.chat, "eos": self.eos}
 
 
 @dataclass(frozen=True)
@@ -86,7 +62,7 @@ class LoadPlan:
     def for_adapter(self, adapter: str, record: Record) -> LoadPlan:
         """This plan's options with ``adapter`` (its ``setllm.json`` as ``record``, read
         already): an :class:`setllm.AdapterBank`'s view of one of its adapters."""
-        return _planned(self.options, self.kind, self.model, adapter, record)
+        return LoadPlan(self.options, self.kind, self.model, adapter, record, *_reading(self.options, record))
 
     def read_as(self) -> dict:
         """The keyword arguments of :class:`setllm.SetLLM` for this plan: the reading, the
@@ -140,50 +116,19 @@ def plan_load(options: LoadOptions, kind: str = "choose") -> LoadPlan:
     """The plan of loading ``options`` for ``kind`` of task (the one place the adapter and the
     reading are decided); the documents reading's plan with it where ``adapter="auto"``
     means another adapter for documents."""
-    options = dataclasses.replace(options)
-    model, variant = embedded_or(options.model), None if options.variant is None else get_variant(options.variant)
-    adapter = chosen_adapter(options.adapter, model, variant, kind)
-    plan = _planned(options, kind, model, adapter, read_record(adapter or model))
-    if kind != DOCUMENTS and chosen_adapter(options.adapter, model, variant, DOCUMENTS) != adapter:
+    options = dataclasses.replace(options)  # a copy, checked again: the plan never changes under its caller
+    model = embedded_or(options.model)
+    adapter = chosen_adapter(options.adapter, model, options.variant, kind)
+    documents = chosen_adapter(options.adapter, model, options.variant, DOCUMENTS)
+    record = read_record(adapter or model)
+    plan = LoadPlan(options, kind, model, adapter, record, *_reading(options, record))
+    if kind != DOCUMENTS and documents != adapter:
         plan = dataclasses.replace(plan, documents=plan_load(options, DOCUMENTS))
     return plan
 
 
-def _planned(options: LoadOptions, kind: str, model: str | None, adapter: str | None, record: Record) -> LoadPlan:
-    given = {k: getattr(options, k) for k in ("chat", "eos") if getattr(options, k) is not None}
-    with warnings.catch_warnings(record=True) as said:  # said when the model loads, not by a plan
-        warnings.simplefilter("always")
-        read = record.info.reading(variant=options.variant, **given)
-    came = "asked" if options.variant is not None else METADATA_FILE if record.info.variant else "default"
-    return LoadPlan(options, kind, model, adapter, record, Reading(**read, variant_from=came), tuple(str(w.message) for w in said))
-
-
-def chosen_adapter(adapter: str, model: str | None, variant: Variant | None, kind: str = "choose") -> str | None:
-    """The adapter to load for ``adapter`` (the option), ``model`` (None: the embedded one)
-    and ``variant`` (None: none named). ``auto``: the one shipped for ``kind`` of task
-    (:func:`setllm.loading.shipped.default_adapter`), only with the embedded model read under an
-    order-invariant variant: with none named, the kind's default (for documents the ``sbp``
-    one, which reads under ``sbp``); a trained variant named, the kind's adapter trained
-    under one (documents: the ``setmask-setpe`` one); a training-free one named (``sbp``,
-    ``canonical``), only one trained for that reading (``sbp`` documents), else the base
-    model as it is; the base model is the model without it."""
-    if adapter != "auto":
-        return None if adapter == "none" else adapter
-    if model is not None or (variant is not None and not variant.invariant):
-        return None
-    if variant is not None and variant.training_free:
-        return default_adapter(kind, variant)
-    return default_adapter(kind, variant) or default_adapter("choose")
-
-
-def read_record(source: str | None) -> Record:
-    """``source``'s ``setllm.json``, read once: the adapter's, or with no adapter the model
-    folder's (a full fine-tune writes it there); nothing for the embedded model alone."""
-    path = Path(source) / METADATA_FILE if source else None
-    if path is None or not path.is_file():
-        return Record()
-    raw = path.read_bytes()
-    return Record(AdapterInfo.parse(raw, path), raw)
+def _reading(options: LoadOptions, record: Record) -> tuple[Reading, tuple[str, ...]]:
+    return record.reading_for(options.variant, options.chat, options.eos)
 
 
 def _bytes(path: Path) -> bytes | None:

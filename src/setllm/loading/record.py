@@ -1,6 +1,8 @@
 """What a trained model or adapter records in ``setllm.json`` (:class:`AdapterInfo`): what it
-was trained as. Plain data, no torch: the judge's readouts (:mod:`setllm.readouts`) and the
-verbs read it without loading a model; :mod:`.adapters` checks and loads the adapter itself."""
+was trained as; the file as a load plan reads it, once (:func:`read_record`), and the reading
+it decides (:meth:`Record.reading_for`). Plain data, no torch: the judge's readouts
+(:mod:`setllm.readouts`) and the verbs read it without loading a model; :mod:`.adapters`
+checks and loads the adapter itself."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class AdapterInfo:
     @classmethod
     def read(cls, adapter_dir: str | Path) -> AdapterInfo:
         """What ``adapter_dir``'s ``setllm.json`` records (nothing there: the defaults). A load
-        reads it once, in its plan (:func:`setllm.loading.plan.read_record`)."""
+        reads it once, in its plan (:func:`read_record`)."""
         path = Path(adapter_dir) / METADATA_FILE
         return cls.parse(path.read_bytes(), path) if path.is_file() else cls()
 
@@ -96,3 +98,46 @@ class AdapterInfo:
                               SetLLMWarning, stacklevel=3)
         out = {k: asked[k] if asked[k] is not None else recorded[k] for k in asked}
         return {"variant": out["variant"] or DEFAULT_VARIANT, "chat": bool(out["chat"]), "eos": True if out["eos"] is None else out["eos"]}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How prompts will be read: the variant, chat and EOS choices, and where the variant
+    came from (``asked``, ``setllm.json`` or ``default``)."""
+
+    variant: str
+    chat: bool
+    eos: bool
+    variant_from: str
+
+    def as_dict(self) -> dict:
+        return {"variant": self.variant, "chat": self.chat, "eos": self.eos}
+
+
+@dataclass(frozen=True)
+class Record:
+    """An adapter's (or a fine-tuned model's) ``setllm.json`` as read once: what it records
+    and its bytes (the fingerprint hashes them; None: no file)."""
+
+    info: AdapterInfo = AdapterInfo()
+    raw: bytes | None = dataclasses.field(default=None, repr=False)
+
+    def reading_for(self, variant: str | None, chat: bool | None, eos: bool | None) -> tuple[Reading, tuple[str, ...]]:
+        """The reading asked (None: what this record says) and the cautions where the two
+        differ, kept to be said when the model loads (a plan itself warns of nothing)."""
+        given = {k: v for k, v in (("chat", chat), ("eos", eos)) if v is not None}
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            read = self.info.reading(variant=variant, **given)
+        came = "asked" if variant is not None else METADATA_FILE if self.info.variant else "default"
+        return Reading(**read, variant_from=came), tuple(str(w.message) for w in said)
+
+
+def read_record(source: str | None) -> Record:
+    """``source``'s ``setllm.json``, read once: the adapter's, or with no adapter the model
+    folder's (a full fine-tune writes it there); nothing for the embedded model alone."""
+    path = Path(source) / METADATA_FILE if source else None
+    if path is None or not path.is_file():
+        return Record()
+    raw = path.read_bytes()
+    return Record(AdapterInfo.parse(raw, path), raw)

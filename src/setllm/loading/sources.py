@@ -47,6 +47,12 @@ def resolve(model: str | None) -> str:
     return str(model)
 
 
+def embedded_or(model: str | None) -> str | None:
+    """``model``, or None where it names the embedded model (its name, or its GGUF file by path)."""
+    model = canonical_name(model)
+    return None if model == DEFAULT_MODEL else model
+
+
 def canonical_name(model: str | None) -> str | None:
     """``model`` as setllm names it: the embedded model's own GGUF file by path is the
     embedded model (it gets the shipped adapter, as no ``--model`` does)."""

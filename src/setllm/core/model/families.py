@@ -56,6 +56,20 @@ def default_attention(model_type: str | None, requested: str) -> str:
     return family.attention if requested == "sdpa" and family is not None else requested
 
 
+def fit_attention(model, requested: str) -> None:
+    """Give a model loaded for ``requested`` attention (PEFT-wrapped or not) the one its
+    family loads with (:func:`default_attention`), before any forward. ``sdpa`` is loaded as
+    transformers' own default (sdpa where the architecture runs it, else eager: gemma2's
+    soft-capping), so a load reads no config first; a verified family whose entry says
+    otherwise is switched here (transformers dispatches attention by the config on every
+    forward)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    model_type = base.config.model_type
+    own = default_attention(model_type, requested)
+    if model_type in FAMILIES and base.config._attn_implementation != own:
+        base.set_attn_implementation(own)
+
+
 class UnsupportedModelError(InputError):
     """The model cannot run set prompts (or has not been verified to)."""
 
