@@ -15,6 +15,7 @@ from . import structured, verbs
 from .answering import AnswerMixin, DocumentsReading
 from .core.forward import generation, scoring
 from .core.text.prompt import PromptLike, Set, SetPrompt, as_prompt, template_prompt
+from .core.tokens.encoding import EncodedPrompt
 from .errors import InputError
 from .loading import Origin
 from .loading.model import build
@@ -233,7 +234,7 @@ class SetLLM(AnswerMixin, Reader):
             return self.generate_many(prompt, config, **kwargs)
         return self.generate_many([prompt], config, **kwargs)[0]
 
-    def generate_structured(self, prompt: PromptLike, spec: structured.Spec, config: generation.GenerationConfig | None = None,
+    def generate_structured(self, prompt: PromptLike | EncodedPrompt, spec: structured.Spec, config: generation.GenerationConfig | None = None,
                             show: bool = False, on_piece=None, **kwargs) -> structured_decode.Answer:
         """The structured answer to ``prompt`` under ``spec`` (:func:`setllm.structured.spec`)
         with its text, tokens and finish reason, as the server and the CLI use it
@@ -242,7 +243,7 @@ class SetLLM(AnswerMixin, Reader):
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
         return structured_decode.answer(self, prompt, spec, config or verbs.generation_config(**kwargs), show, on_piece)
 
-    def call_tool(self, prompt: PromptLike, tools: Sequence, tool_choice: str = "auto", config: generation.GenerationConfig | None = None,
+    def call_tool(self, prompt: PromptLike | EncodedPrompt, tools: Sequence, tool_choice: str = "auto", config: generation.GenerationConfig | None = None,
                   on_call=None, on_piece=None, show: bool = True, **kwargs) -> structured_tools.Call | None:
         """A tool call for ``prompt``: ``tools`` (OpenAI's function tools, or
         :class:`setllm.structured.toolset.Tool`) shown before it as one set, whether to call
@@ -254,9 +255,8 @@ class SetLLM(AnswerMixin, Reader):
         if config is not None and kwargs:
             raise InputError("pass either a GenerationConfig or keyword arguments, not both")
         offered = list(tools) if all(isinstance(t, toolset.Tool) for t in tools) else toolset.tools_of(tools)
-        prompt = as_prompt(prompt)
-        if show:
-            prompt = template_prompt([*toolset.shown(offered, self.exact), *prompt.segments])
+        if show:  # else the prompt as given: an EncodedPrompt (the server's, sized already) is read as is
+            prompt = template_prompt([*toolset.shown(offered, self.exact), *as_prompt(prompt).segments])
         request = self.generate_request(prompt, config or verbs.generation_config(**kwargs))
         return structured_tools.call(self, request.prompt, offered, tool_choice, request.config, on_call, on_piece)
 

@@ -165,6 +165,24 @@ def test_a_structured_or_tool_prompt_past_max_prompt_tokens_gets_the_plain_413(l
         assert r.json()["error"]["message"].startswith("prompt is ") and "at most 20 (--max-prompt-tokens)" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("extra", [
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "boolean"}}}},
+    {"tools": [{"type": "function", "function": {"name": "say", "parameters": {"type": "object"}}}], "tool_choice": "required"},
+], ids=["structured", "tool"])
+def test_a_structured_or_tool_prompt_is_tokenized_once_sized_and_read(lm, extra, monkeypatch):
+    """The encoding the engine sizes against --max-prompt-tokens is the one the library reads."""
+    from setllm.core.tokens.codec import Codec
+
+    encoded = []
+    encode = Codec.encode
+    monkeypatch.setattr(Codec, "encode", lambda self, prompt: encoded.append(prompt) or encode(self, prompt))
+    body = {"messages": [{"role": "user", "content": "Say yes."}], "max_tokens": 8, **extra}
+    with serving(lm, max_prompt_tokens=200) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert len(encoded) == 1
+
+
 def test_a_full_queue_gets_503_with_retry_after(fresh_lm):
     app = create_app(fresh_lm, ServeConfig(max_queue=1, max_batch_size=1, batch_window_ms=0))
     with slow_forwards(fresh_lm, 0.2):

@@ -79,11 +79,12 @@ class GenerateJob:
 
 @dataclass(frozen=True)
 class CallJob:
-    """``run(lm)`` on the model of ``model``, alone: a reading the library composes itself (a
-    structured answer, a tool call) queued, bounded by the deadline and cancelled as the
-    other jobs are (each forward it makes checks its stop reason: :func:`install_checks`)."""
+    """``run(lm, prompt)`` on the model of ``model``, alone: a reading the library composes
+    itself (a structured answer, a tool call) queued, bounded by the deadline and cancelled as
+    the other jobs are (each forward it makes checks its stop reason: :func:`install_checks`);
+    ``prompt`` is given to it encoded, as sized (None: it has none)."""
 
-    run: Callable[[Any], Any]
+    run: Callable[[Any, EncodedPrompt | None], Any]
     model: str = "main"
     prompt: SetPrompt | None = None  # the prompt it reads, sized against --max-prompt-tokens before it runs
 
@@ -240,7 +241,7 @@ class Engine:
                     results = [candidate_scores(self._score_asks, [job.row], job.readout)[0]]
                 elif isinstance(job, CallJob):
                     self.on_forward(1)
-                    results = [job.run(self.lm)]
+                    results = [job.run(self.lm, live[0].enc if job.prompt is not None else None)]
                 else:
                     results = self.score_group(live)
             yield from zip(live, results)
@@ -267,7 +268,7 @@ class Engine:
     def prepare(self, index: int, job: ScoreJob | GenerateJob | JudgeJob | CallJob, limit: bool = True) -> _Prepared:
         limit = self.max_prompt_tokens if limit else None
         if isinstance(job, CallJob) and job.prompt is not None:  # its prompt's size is the request's own fault: a 413 as a plain request's
-            self._within(self._encode(job.prompt), limit)
+            return _Prepared(index, self._within(self._encode(job.prompt), limit), key=self._lone_key())  # handed on to run
         if isinstance(job, (JudgeJob, CallJob)):  # prepared as it runs (a judge's asks: _score_asks; a call: the library's)
             return _Prepared(index, EncodedPrompt.plain([]), key=self._lone_key())
         if isinstance(job, GenerateJob):

@@ -238,9 +238,10 @@ class Service:
             self.config.check_new_tokens(config.max_new_tokens, field)
         return await self.batcher.submit(GenerateJob(prompt, config, logprobs, echo, key, field, stream))
 
-    async def call(self, run: Callable[[Any], Any], adapter: str | None = None, prompt: SetPrompt | None = None) -> Any:
-        """``run(lm)`` on the model thread, queued, bounded and cancelled as every job is: a structured
-        answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``: the one it reads (413 past ``--max-prompt-tokens``)."""
+    async def call(self, run: Callable[[Any, Any], Any], adapter: str | None = None, prompt: SetPrompt | None = None) -> Any:
+        """``run(lm, encoded)`` on the model thread, queued, bounded and cancelled as every job is: a
+        structured answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``: the one it
+        reads (413 past ``--max-prompt-tokens``), handed to ``run`` encoded as it was sized (no prompt: None)."""
         return await self.batcher.submit(CallJob(run, self.engine_key(adapter), prompt))
 
     async def generate_all(self, prompts: Sequence[SetPrompt | tuple[int, ...]], *args: Any, using=None, **kwargs: Any) -> list[Generated]:

@@ -132,5 +132,5 @@ async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: G
     plan(constraint, service.engines.get(service.engine_key(adapter)).lm.exact)  # one the engine cannot compile: a 400, before a stream starts
     if stream is not None:
         stream(Started(""))
-    out = await service.call(lambda lm: lm.generate_structured(prompt, constraint, config, False, stream), adapter, prompt)
+    out = await service.call(lambda lm, enc: lm.generate_structured(enc, constraint, config, False, stream), adapter, prompt)
     return Out(out.text, len(out.token_ids), out.prompt_tokens, out.finish_reason)

@@ -96,7 +96,7 @@ async def answer(service, prompt, config: GenerationConfig, field: str, adapter:
     made = None
     if offer.choice != "none":
         service.config.check_new_tokens(config.max_new_tokens, field)
-        made = await service.call(lambda lm: lm.call_tool(prompt, offer.tools, offer.choice, config, on_call, stream, False), adapter, prompt)
+        made = await service.call(lambda lm, enc: lm.call_tool(enc, offer.tools, offer.choice, config, on_call, stream, False), adapter, prompt)
     if made is None:
         return await text(prompt, config, field, adapter=adapter, stream=stream)
     finish = "tool_calls" if made.answer.finish_reason == "stop" else "length"

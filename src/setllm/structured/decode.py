@@ -45,13 +45,12 @@ class Answer:
         return spec.parse(self.text)
 
 
-def answer(reader, prompt: PromptLike, spec: Spec, config: GenerationConfig, show: bool = False,
+def answer(reader, prompt: PromptLike | EncodedPrompt, spec: Spec, config: GenerationConfig, show: bool = False,
            on_piece: Callable[[str], None] | None = None) -> Answer:
     """The answer to ``prompt`` under ``spec`` (``show``: the constraint shown before the prompt,
     :mod:`.shown`): the one structured reading of the library, the CLI and the server."""
-    prompt = as_prompt(prompt)
-    if show:
-        prompt = with_shown(prompt, spec, reader.exact)
+    if show:  # else the prompt as given: an EncodedPrompt (the server's, sized already) is read as is
+        prompt = with_shown(as_prompt(prompt), spec, reader.exact)
     request = reader.generate_request(prompt, config)
     return run(reader, request.prompt, plan(spec, reader.exact), config, on_piece)
 
