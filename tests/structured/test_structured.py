@@ -51,6 +51,27 @@ def test_permuting_enum_and_properties_changes_no_byte(lm):
     assert all(a.text == answers[0].text and a.token_ids == answers[0].token_ids for a in answers)
 
 
+@pytest.mark.parametrize("bounds", [{}, {"uniqueItems": True}, {"minItems": 2, "maxItems": 3}], ids=["open", "unique", "two-to-three"])
+def test_an_array_of_enum_values_is_decided_by_scoring_in_any_order(lm, bounds):
+    """Each place of the array a pick of the end and the values allowed: valid, and the same
+    bytes whatever order the enum lists its values in."""
+    def schema(seed: int) -> dict:
+        return {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": random.Random(seed).sample(LABELS, 4)}, **bounds}},
+                "required": ["tags"]}
+
+    [items] = [s for s in plan.plan(spec(schema(0)), lm.exact).steps if isinstance(s, plan.Items)]
+    assert items.values == tuple(json.dumps(v) for v in sorted(LABELS))
+    answers = [lm.generate_structured(PROMPT, spec(schema(seed)), max_new_tokens=64, show=True) for seed in range(3)]
+    assert answers[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(answers[0].text), schema(0))
+    assert all(a.text == answers[0].text and a.token_ids == answers[0].token_ids for a in answers)
+
+
+def test_an_array_of_enum_values_that_cannot_be_filled_is_refused():
+    with pytest.raises(SchemaError, match="minItems 3"):
+        plan.plan(spec({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True, "minItems": 3}), True)
+
+
 def test_the_schema_shown_reads_the_same_in_any_order(lm):
     """The schema before the prompt: its enum a set, its keys sorted; the model reads the same tokens."""
     from setllm.core.text.prompt import as_prompt

@@ -22,7 +22,7 @@ from ..core.tokens.batch import collate
 from ..core.tokens.encoding import EncodedPrompt
 from ..policy import pick
 from .engine import Guide
-from .plan import Free, Pick, Plan, Text, plan
+from .plan import JSON_SEPARATORS, Free, Items, Pick, Plan, Text, plan
 from .shown import with_shown
 from .spec import AnswerError, Spec
 
@@ -78,6 +78,8 @@ def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig,
             new, complete = text_ids(reader, step.text), True
         elif isinstance(step, Pick):
             new, complete = text_ids(reader, _pick(reader, prefix(prompt, ids), step)), True
+        elif isinstance(step, Items):
+            new, complete = _items(reader, prompt, ids, step, left)
         else:
             new, complete = _free(reader, prefix(prompt, ids), step, config, left)
         complete = complete and len(new) <= left
@@ -107,6 +109,23 @@ def _pick(reader, prefix: EncodedPrompt, step: Pick) -> str:
     request = reader.encoded_request(prefix, options, step.path)
     [scores] = reader.score_encoded([request])
     return pick(scoring.to_option_scores(step.values, scores)).answer
+
+
+def _items(reader, prompt: EncodedPrompt, ids: list[int], step: Items, left: int) -> tuple[list[int], bool]:
+    """The tokens of an array decided place by place (:class:`Items`), each place a :class:`Pick`
+    of the end and the values still allowed; and whether it was closed within ``left`` tokens."""
+    new, chosen = text_ids(reader, "["), []
+    while len(new) <= left:
+        room = step.max_items is None or len(chosen) < step.max_items
+        options = [v for v in step.values if not (step.unique and v in chosen)] if room else []
+        ends = ["]"] if len(chosen) >= step.min_items or not options else []
+        sep = JSON_SEPARATORS[0] if chosen else ""
+        best = ends[0] if not options else _pick(reader, prefix(prompt, ids + new), Pick((*ends, *(sep + v for v in options)), step.path))
+        new += text_ids(reader, best)
+        if best == "]":
+            return new, len(new) <= left
+        chosen.append(best[len(sep):])
+    return new, False
 
 
 def _free(reader, prefix: EncodedPrompt, step: Free, config: GenerationConfig, left: int) -> tuple[list[int], bool]:

@@ -1,6 +1,7 @@
 """What a structured answer is made of, decided from its constraint once: a :class:`Plan` of
 steps, each text written as is (:class:`Text`), a finite set of values decided by scoring
-(:class:`Pick`), or a piece generated under a grammar (:class:`Free`).
+(:class:`Pick`), an array of such values decided item by item, its end included, by scoring
+(:class:`Items`), or a piece generated under a grammar (:class:`Free`).
 
 Why a plan and not one grammar for the whole answer: wherever a schema allows a finite set of
 values (``enum``, ``const``, a boolean, a ``Literal``, a ``choice`` list) the value must not
@@ -54,6 +55,21 @@ class Pick:
 
 
 @dataclass(frozen=True)
+class Items:
+    """An array whose items come from one finite set of values (sorted JSON texts), written
+    ``[`` first: at each place the end (``]``, where ``min_items`` allow it) and every value
+    still allowed (after ``,`` past the first) are scored as the continuation, and the best is
+    written, until the end wins or ``max_items`` are written (None: until the tokens run out).
+    ``unique``: a value written is not offered again."""
+
+    values: tuple[str, ...]
+    path: str
+    min_items: int = 0
+    max_items: int | None = None
+    unique: bool = False
+
+
+@dataclass(frozen=True)
 class Free:
     """A piece generated under an llguidance grammar, the text after it included."""
 
@@ -61,7 +77,9 @@ class Free:
     path: str
 
 
-Step = Union[Text, Pick, Free]
+Step = Union[Text, Pick, Items, Free]
+# What an array of finite items may carry and still be written by Items (the rest: a grammar's).
+_ITEMS_KEYS = {"type", "items", "minItems", "maxItems", "uniqueItems", "description", "title"}
 
 
 @dataclass(frozen=True)
@@ -99,10 +117,27 @@ def _walk(schema: Any, root: dict, path: str, depth: int, stack: tuple[str, ...]
     values = finite(schema, root, path, stack)
     if values is not None:
         yield Text(values[0]) if len(values) == 1 else Pick(values, path)
+    elif (items := _finite_items(schema, root, path, stack)) is not None:
+        yield items
     elif _walkable(schema):
         yield from _object(schema, root, path, depth, stack, exact)
     else:
         yield _Open(carried(schema, root), path)
+
+
+def _finite_items(schema: Any, root: dict, path: str, stack: tuple[str, ...]) -> Items | None:
+    """An array of one finite set of values (an enum's, a Literal's, booleans), as :class:`Items`."""
+    if not isinstance(schema, dict) or schema.get("type") != "array" or not set(schema) <= _ITEMS_KEYS:
+        return None
+    values = finite(schema.get("items"), root, f"{path}.items", stack) if isinstance(schema.get("items"), dict) else None
+    if values is None:
+        return None
+    lo, hi, unique = schema.get("minItems", 0), schema.get("maxItems"), schema.get("uniqueItems") is True
+    if unique:
+        hi = len(values) if hi is None else min(hi, len(values))
+    if hi is not None and lo > hi:
+        raise SchemaError(f"{path}: no array satisfies it (minItems {lo} is more than it can hold)")
+    return Items(values, path, lo, hi, unique)
 
 
 def _walkable(schema: Any) -> bool:
@@ -243,4 +278,4 @@ def _free_grammar(step: _Open, after: str) -> str:
     return grammar
 
 
-__all__ = ["Free", "Pick", "Plan", "Step", "Text", "at", "finite", "plan"]
+__all__ = ["Free", "Items", "Pick", "Plan", "Step", "Text", "at", "finite", "plan"]
