@@ -91,20 +91,23 @@ def serve_command(flags: list[str]) -> list[str]:
     return [sys.executable, *head, "--port", "0", *flags]
 
 
-def wait_for_batching_verdict(url: str, deadline: float) -> None:
+def wait_for_batching_verdict(url: str, deadline: float, key: str | None = None) -> None:
     """The server as it serves once started: on the first start on a machine the batching
-    check runs in the background, and until it passes only identical requests share a forward."""
+    check runs in the background, and until it passes only identical requests share a forward.
+    ``key``: the server's ``--api-key`` (without it /health does not say how it batches)."""
     import json
     import urllib.request
 
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(url + "/health", timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(url + "/health", headers=headers), timeout=10) as r:
             if "until" not in json.load(r)["batching"]:
                 return
         time.sleep(0.1)
 
 
-def start_server(flags: list[str]) -> tuple[subprocess.Popen, str]:
+def start_server(flags: list[str], key: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``(process, url)`` once the server listens and batches as it will; ``key``: its ``--api-key``."""
     proc = subprocess.Popen(serve_command(flags), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     deadline, seen = time.monotonic() + START_TIMEOUT_S, []
@@ -114,8 +117,8 @@ def start_server(flags: list[str]) -> tuple[subprocess.Popen, str]:
             break
         seen.append(line)
         if "Ctrl-C stops" in line:
-            url = re.search(r"listening on (http://\S+)", "".join(seen)).group(1)
-            wait_for_batching_verdict(url, deadline)
+            url = re.search(r"listening on (http://[^\s;]+)", "".join(seen)).group(1)  # `--replicas` follows it with a ';'
+            wait_for_batching_verdict(url, deadline, key)
             return proc, url
     proc.kill()
     sys.exit("the server did not start:\n" + "".join(seen))

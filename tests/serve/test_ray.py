@@ -230,6 +230,51 @@ def test_structured_outputs_and_tools_through_the_replicas_are_the_single_server
     assert ("".join(p.name or "" for p in pieces), "".join(p.arguments or "" for p in pieces)) == (call["name"], call["arguments"])
 
 
+LONG = 500  # tokens: about 1.5 s a generation alone on this CPU, so N_LEFT of them hold both replicas for many seconds
+N_LEFT = 24  # long requests whose clients leave (half streamed), four at a time across the replicas
+LEFT_BY_S = 1.5  # every one of those clients has closed its socket by then
+FREE_WITHIN_S = 4.0  # the replicas' work for them has stopped by then: a few forwards, not the ~10 s it would run on
+
+
+def leave_early(url: str, streamed: bool) -> bool:
+    """A long generation whose client closes its socket: a stream after its first piece, an
+    answer not streamed when its read times out. Whether a piece of the answer came."""
+    body = {"prompt": "Say:", "max_tokens" if streamed else "max_new_tokens": LONG, "stream": streamed}
+    try:
+        with httpx.stream("POST", url + ("/v1/completions" if streamed else "/v1/generate"), json=body, headers=AUTH, timeout=LEFT_BY_S) as r:
+            return bool(next(r.iter_raw(), b""))
+    except httpx.TimeoutException:
+        return False
+
+
+def replica_loads(url: str, seen: dict[str, tuple[float, float]]) -> None:
+    """One quick request (it goes to a replica, whose counts come back with its answer), then the
+    (in flight, queued) of each replica that answered, as ``/metrics`` shows them, into ``seen``."""
+    name = httpx.get(url + "/v1/models", headers=AUTH, timeout=10).headers[REPLICA_HEADER]
+    text = httpx.get(url + "/metrics", headers=AUTH, timeout=10).text
+    seen[name] = (_value(text, f'setllm_requests_in_flight{{replica="{name}"}}'), _value(text, f'setllm_queue_depth{{replica="{name}"}}'))
+
+
+def test_clients_that_leave_free_the_replicas_within_a_few_forwards(ray_server):
+    """Through the ingress, a client's leaving cancels its replica's work (Ray cancels the
+    ingress's call to the replica, the replica's app stops the generation at its next token
+    or drops it from the queue), streamed or not: soon after, both replicas are idle, long
+    before the generations would have ended."""
+    _, url = ray_server
+    got = []
+    clients = [threading.Thread(target=lambda s=i % 2 == 0: got.append(leave_early(url, s))) for i in range(N_LEFT)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=30)
+    left, seen = time.monotonic(), {}
+    assert len(got) == N_LEFT and any(got)  # some streams were running when their clients left
+    while len(seen) < 2 or any(any(load) for load in seen.values()):
+        assert time.monotonic() < left + FREE_WITHIN_S, f"replicas still busy (in flight, queued): {seen}"
+        replica_loads(url, seen)
+        time.sleep(0.05)
+
+
 def test_sigterm_finishes_accepted_requests_turns_new_ones_away_and_stops(ray_server):
     proc, url = ray_server
     results = []

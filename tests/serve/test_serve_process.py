@@ -96,3 +96,32 @@ def test_a_forced_stop_answers_the_accepted_request_with_json_503(lm):
         assert not thread.is_alive()
     assert result["status"] == 503 and result["type"] == "application/json"
     assert result["body"] == {"error": "server stopped before this request finished"}
+
+
+def test_a_second_signal_during_the_drain_answers_the_rest_and_exits_cleanly(model_dir):
+    """Eight generations one at a time, SIGTERM, and a second SIGTERM once the drain has begun:
+    each request gets its answer or the JSON 503, and the process exits with status 0 without a
+    word from a torch thread torn down mid-forward (``terminate called without an active exception``)."""
+    results = []
+
+    def generate(url):
+        r = httpx.post(f"{url}/v1/generate", json={"prompt": "Say:", "max_new_tokens": 200}, timeout=60)
+        results.append((r.status_code, r.json()))
+
+    with serve_process("--model", model_dir, "--adapter", "none", "--max-batch-size", "1") as (proc, url):
+        workers = [threading.Thread(target=generate, args=(url,)) for _ in range(8)]
+        for w in workers:
+            w.start()
+        _wait_until_running(url)
+        proc.send_signal(signal.SIGTERM)
+        heard = [proc.stderr.readline()]  # two signals at once are one to Python (its handler runs once): wait for the first's drain
+        assert "setllm serve: stopping; finishing" in heard[0], heard
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_WITHIN_S + 5)
+        for w in workers:
+            w.join(timeout=10)
+        rest = heard[0] + proc.stderr.read()
+    stopped = [(503, {"error": f"server stopped before this request {what}"}) for what in ("finished", "ran")]  # running, queued
+    assert len(results) == 8 and stopped[0] in results and all(r in stopped or (r[0] == 200 and r[1]["text"]) for r in results), results
+    assert proc.returncode == 0 and "second signal: answering" in rest and "terminate called" not in rest, rest
+    assert rest.rstrip().endswith("setllm serve: stopped")
