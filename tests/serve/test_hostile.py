@@ -106,6 +106,36 @@ def test_a_client_that_leaves_frees_the_model_thread(url, lm):
     assert httpx.post(f"{url}/v1/choose", json=CHOOSE, timeout=5).status_code == 200
 
 
+def test_a_stream_whose_client_leaves_while_it_waits_in_the_queue_is_dropped(url, lm):
+    """A streamed request queued behind a running generation, whose client leaves before its
+    first event: its job leaves the queue at once, not when the running batch ends (then to run
+    a generation nobody reads)."""
+    import threading
+
+    handle = lm.model.register_forward_pre_hook(lambda *_: time.sleep(0.05))
+    first = threading.Thread(target=lambda: _leave_after(url, {"prompt": "Say:", "max_new_tokens": 200}, 3.0))
+    try:
+        first.start()
+        deadline = time.monotonic() + 5
+        while "setllm_batch_running 1" not in httpx.get(f"{url}/metrics").text.splitlines():
+            assert time.monotonic() < deadline, "the first generation never started"
+            time.sleep(0.02)
+        _leave_after(url, {"prompt": "Say:", "max_new_tokens": 200, "stream": True}, 0.5)
+        left = time.monotonic()
+        while "setllm_queue_depth 0" not in httpx.get(f"{url}/metrics").text.splitlines():
+            assert time.monotonic() - left < 1.5, "the stream nobody reads stayed queued"
+            time.sleep(0.02)
+    finally:
+        first.join(timeout=10)
+        handle.remove()
+
+
+def _leave_after(url: str, body: dict, seconds: float) -> None:
+    """A /v1/generate whose client closes its socket after ``seconds`` without an answer."""
+    with pytest.raises(httpx.ReadTimeout), httpx.stream("POST", f"{url}/v1/generate", json=body, timeout=seconds) as r:
+        r.read()
+
+
 def test_a_forward_stops_within_a_layer_once_nobody_awaits_it():
     """The deadline is read before each decoder layer: a prefill stops inside its forward."""
     lm = SetLLM(tiny_model("llama", num_hidden_layers=6), tiny_tokenizer(), "setmask-setpe")

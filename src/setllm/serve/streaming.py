@@ -170,7 +170,11 @@ async def streamed(jobs: list[Callable[[Callable[[Any], None]], Any]], chunks: C
     events = Events(len(jobs))
     for i, job in enumerate(jobs):
         events.run(i, job(events.sink(i)))
-    await events.first()
+    try:
+        await events.first()
+    except asyncio.CancelledError:  # the client left before any job began: the jobs are their own tasks, drop them too
+        events.cancel()
+        raise
 
     async def body() -> AsyncIterator[bytes]:
         try:
