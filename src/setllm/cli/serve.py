@@ -47,17 +47,16 @@ def served_routes() -> str:
     ones, the playground page), grouped as ``POST a, b; GET c``: a new route is listed by being served."""
     if importlib.util.find_spec("fastapi") is None:
         return "the routes of docs/serving.md (pip install -e '.[serve]')"
-    from ..serve import openai, page
-    from ..serve.routes import ROUTERS
+    from ..serve import openai, page, routes
 
-    groups = [("OpenAI-compatible " if router is openai.router else "") + _by_method(router) for router in ROUTERS]
+    groups = [_by_method([routes.router]), "OpenAI-compatible " + _by_method(openai.ROUTERS)]
     return "; ".join(groups) + "; the playground page at " + ", ".join(r.path for r in page.router.routes)
 
 
-def _by_method(router) -> str:
-    """A router's paths as ``POST a, b and GET c`` (POST first)."""
+def _by_method(routers) -> str:
+    """The routers' paths as ``POST a, b and GET c`` (POST first)."""
     paths: dict[str, list[str]] = {}
-    for route in router.routes:
+    for route in (r for router in routers for r in router.routes):
         for method in sorted(route.methods - {"HEAD"}, reverse=True):
             paths.setdefault(method, []).append(route.path)
     return " and ".join(f"{m} {', '.join(p)}" for m, p in sorted(paths.items(), reverse=True))

@@ -1,5 +1,5 @@
 """setllm's own endpoints (``/v1/choose``, ``/v1/score``, ``/v1/judge``, ``/v1/generate``, ``/v1/answer``)
-and the server's (``/health``, ``/metrics``); the OpenAI-compatible ones are in :mod:`.openai`.
+and the server's (``/health``, ``/metrics``); the OpenAI-compatible ones are in :mod:`.openai` (a folder per endpoint family).
 Each parses its body (pydantic), asks the :class:`Service`, and shapes the answer; errors
 are raised and become ``{"error": ...}`` in :mod:`.app`.
 
@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from .. import verbs
 from ..core.forward.values import GenerationConfig
 from ..core.text.prompt import as_prompt
-from . import declare, openai, responses
+from . import declare, openai
 from .auth import authorized
 from .metrics import CONTENT_TYPE
 from .schemas import (
@@ -131,5 +131,5 @@ async def metrics(request: Request) -> PlainTextResponse:
 
 # Every API router, as the app serves them (:mod:`.app`) and ``--replicas`` reads their
 # declarations (:mod:`.ray.documents`): setllm's own endpoints, then the OpenAI-compatible ones.
-ROUTERS = (router, openai.router, responses.router)
-OPENAI_PATHS = frozenset(r.path for r in (*openai.router.routes, *responses.router.routes))  # their errors are OpenAI's error object (.errors.body)
+ROUTERS = (router, *openai.ROUTERS)
+OPENAI_PATHS = openai.PATHS  # their errors are OpenAI's error object (.errors.body)

@@ -240,7 +240,7 @@ class Service:
 
     async def call(self, run: Callable[[Any, Any], Any], adapter: str | None = None, prompt: SetPrompt | None = None) -> Any:
         """``run(lm, encoded)`` on the model thread, queued, bounded and cancelled as every job is: a
-        structured answer or a tool call (:mod:`.structured`, :mod:`.tools`); ``prompt``: the one it
+        structured answer or a tool call (:mod:`.openai.structured`, :mod:`.openai.tools`); ``prompt``: the one it
         reads (413 past ``--max-prompt-tokens``), handed to ``run`` encoded as it was sized (no prompt: None)."""
         return await self.batcher.submit(CallJob(run, self.engine_key(adapter), prompt))
 

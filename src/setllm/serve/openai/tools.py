@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.forward.values import GenerationConfig
-from ..structured import SchemaError
-from ..structured import toolset as calls
-from .errors import BadRequest
-from .streaming import Chunks, Started
+from ...core.forward.values import GenerationConfig
+from ...structured import SchemaError
+from ...structured import toolset as calls
+from ..errors import BadRequest
+from ..streaming import Chunks, Started
 from .structured import Out, as_content
 
 

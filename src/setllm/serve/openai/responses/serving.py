@@ -1,58 +1,34 @@
-"""OpenAI's Responses API for text, ``POST /v1/responses``: its request, its response object
-and its stream of named events, on the pieces every OpenAI route shares (:mod:`.openai`). No
-stored state: a request carries its whole conversation."""
+"""``/v1/responses``: ``instructions`` and ``input`` read as chat messages (calls and their
+results included, :mod:`..tools`), answered as one message item, a structured one under
+``text.format``, or a ``function_call`` item; the response object and its stream of named
+events, as OpenAI sends them. No stored state: a request carries its whole conversation."""
 
 from __future__ import annotations
 
 import functools
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Response
 from fastapi.responses import StreamingResponse
-from pydantic import Field, WithJsonSchema
 
-from . import declare, structured, tools
-from .errors import BadRequest
-from .openai import UNSUPPORTED, OpenAIChunks, OpenAIRequest, config_of, generator_for, name_ignored, parts_text, refuse_unsupported, stream_jobs
-from .schemas import OPENAI_ERRORS as ERRORS  # OpenAI's error object on its routes
-from .schemas import Count1
-from .streaming import Started, sse
-
-router = APIRouter()
+from ...errors import BadRequest
+from ...streaming import Started, sse
+from .. import structured, tools
+from ..protocol import UNSUPPORTED, parts_text
+from ..serving import OpenAIChunks, config_of, generator_for, name_ignored, refuse_unsupported, stream_jobs
+from .protocol import TEXT_PARTS, ResponsesRequest, refuse_stored_state
 
 
-class ResponsesRequest(OpenAIRequest):
-    """``POST /v1/responses`` (OpenAI's Responses API, text only): ``input`` a string or a list
-    of messages (``{"role", "content"}``, content a string or ``input_text``/``output_text``
-    parts), ``instructions`` a system message before them; read as chat is."""
-
-    input: Annotated[str | list[dict], Field(min_length=1), WithJsonSchema(  # as enforced; one message, not one per branch
-        {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "object"}, "minItems": 1}]})]
-    instructions: str | None = None
-    max_output_tokens: Count1 | None = None
-    tools: list | None = None
-    tool_choice: Any = None
-    text: dict | None = None
-    previous_response_id: str | None = None
-    conversation: Any = None
-
-
-@router.post("/v1/responses", response_model=None, responses=ERRORS)
-@declare.no_documents  # its input is text, no set
-async def responses(body: ResponsesRequest, request: Request, response: Response) -> dict | StreamingResponse:
-    """OpenAI's Responses API for text: one assistant message answers ``input`` (a string, or
-    messages) after ``instructions``; ``stream``: OpenAI's events, ``response.completed`` (or
-    ``response.incomplete`` when ``max_output_tokens`` ran out) last; ``tools``: a
-    ``function_call`` item (:mod:`.tools`). No stored state."""
-    service = request.app.state.service
+async def create_response(body: ResponsesRequest, service, response: Response) -> dict | StreamingResponse:
+    """The response object answering ``body`` (its events, streamed, with ``stream``)."""
     name_ignored(body, response)
     refuse_unsupported(body, UNSUPPORTED)
-    _refuse_unsupported_responses(body)
+    refuse_stored_state(body)
     shape = structured.responses_constraint(body)
     offer = tools.offered(body)
     shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
-    prompt = service.chat([*shown, *tools.as_template(_responses_messages(body))], body.model)
+    prompt = service.chat([*shown, *tools.as_template(_messages(body))], body.model)
     config = config_of(body, body.max_output_tokens or service.config.max_generate_tokens)
     events = tools.ResponseToolEvents(_ResponseEvents(body, service.answered_by(body.model)))
     generate = generator_for(service, shape)
@@ -65,13 +41,7 @@ async def responses(body: ResponsesRequest, request: Request, response: Response
     return events.response(out)
 
 
-def _refuse_unsupported_responses(body: ResponsesRequest) -> None:
-    if body.previous_response_id is not None or body.conversation is not None:
-        field = "previous_response_id" if body.previous_response_id is not None else "conversation"
-        raise BadRequest(f"{field}: this server keeps no responses; send the whole conversation as input")
-
-
-def _responses_messages(body: ResponsesRequest) -> list[dict]:
+def _messages(body: ResponsesRequest) -> list[dict]:
     """``instructions`` and ``input`` as chat messages (the Responses API's text items)."""
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     if isinstance(body.input, str):
@@ -91,9 +61,6 @@ def _input_message(i: int, item: dict) -> dict:
     if not isinstance(content, list) or any(not isinstance(p, dict) for p in content):
         raise BadRequest(f"input[{i}].content: a string or a list of text parts ({', '.join(TEXT_PARTS)})")
     return {"role": role, "content": parts_text(f"input[{i}].content", content, TEXT_PARTS)}
-
-
-TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 class _ResponseEvents(OpenAIChunks):

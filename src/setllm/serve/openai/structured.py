@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.forward.values import GenerationConfig
-from ..core.text.prompt import Set, SetPrompt, to_markup
-from ..structured import SchemaError, Spec, spec
-from ..structured.plan import plan
-from .errors import BadRequest
-from .streaming import Started
+from ...core.forward.values import GenerationConfig
+from ...core.text.prompt import Set, SetPrompt, to_markup
+from ...structured import SchemaError, Spec, spec
+from ...structured.plan import plan
+from ..errors import BadRequest
+from ..streaming import Started
 
 # vLLM's fields: structured_outputs' keys (and the guided_* names they replaced) -> spec's argument.
 VLLM_KEYS = {"json": "schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
@@ -125,7 +125,7 @@ async def answer(service, prompt: SetPrompt | tuple, constraint: Spec, config: G
                  stream: Callable[[Any], None] | None = None) -> Out:
     """The structured answer, computed on the model thread behind the service's queue
     (:meth:`setllm.serve.service.Service.call`: its limit, deadline and cancellation);
-    ``stream``: a sink of its pieces (:mod:`.streaming`)."""
+    ``stream``: a sink of its pieces (:mod:`..streaming`)."""
     service.config.check_new_tokens(config.max_new_tokens, field)  # a 400, as a plain request's
     if isinstance(prompt, tuple):
         raise BadRequest("structured outputs need a text prompt, not token ids")
