@@ -103,6 +103,21 @@ def test_an_array_of_objects_is_decided_by_scoring_in_any_order(lm, bounds):
     assert all(a.text == answers[0].text and a.token_ids == answers[0].token_ids for a in answers)
 
 
+def test_arrays_of_objects_nest(lm):
+    """An item that holds an array of objects: the inner places decided as the outer are."""
+    def schema(seed: int) -> dict:
+        inner = {"type": "object", "properties": {"tag": {"enum": random.Random(seed).sample(LABELS, 4)}}, "required": ["tag"]}
+        outer = {"type": "object", "properties": {"parts": {"type": "array", "items": inner, "minItems": 1, "maxItems": 2}}, "required": ["parts"]}
+        return {"type": "array", "items": outer, "minItems": 2, "maxItems": 2}
+
+    [rows] = plan.plan(spec(schema(0)), True).steps
+    assert any(isinstance(s, plan.Objects) for s in rows.item)
+    answers = [lm.generate_structured(PROMPT, spec(schema(seed)), max_new_tokens=96) for seed in range(3)]
+    assert answers[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(answers[0].text), schema(0))
+    assert all(a.token_ids == answers[0].token_ids for a in answers)
+
+
 def test_a_pydantic_list_of_objects_parses():
     class Row(BaseModel):
         label: Literal["yes", "no"]

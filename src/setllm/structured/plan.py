@@ -127,8 +127,7 @@ def _walk(schema: Any, root: dict, path: str, depth: int, stack: tuple[str, ...]
     """The steps that write one value of ``schema``; ``stack``: the $refs being expanded."""
     if depth > MAX_DEPTH:
         raise SchemaError(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    ref = schema.get("$ref") if isinstance(schema, dict) else None
-    if ref is not None and ref not in stack and set(schema) <= {"$ref", "description", "title"}:
+    if (ref := _only_ref(schema, stack)) is not None:
         yield from _walk(_resolve(root, ref, path), root, path, depth + 1, (*stack, ref), exact)
         return
     values = finite(schema, root, path, stack)
@@ -169,10 +168,15 @@ def _object_items(schema: Any, root: dict, path: str, depth: int, stack: tuple[s
     return Objects(tuple(steps), path, *_bounds(schema, path))
 
 
+def _only_ref(schema: Any, stack: tuple[str, ...]) -> str | None:
+    """The $ref that is all ``schema`` says (but for its description), where it is not being expanded already."""
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    return ref if ref is not None and ref not in stack and set(schema) <= {"$ref", "description", "title"} else None
+
+
 def _through_refs(schema: Any, root: dict, path: str, stack: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
-    """``schema`` past the $refs that are all it says (as :func:`_walk` follows them), with the $refs followed."""
-    while isinstance(schema, dict) and (ref := schema.get("$ref")) is not None and ref not in stack \
-            and set(schema) <= {"$ref", "description", "title"}:
+    """``schema`` past the $refs that are all it says, and the $refs followed."""
+    while (ref := _only_ref(schema, stack)) is not None:
         schema, stack = _resolve(root, ref, path), (*stack, ref)
     return schema, stack
 
