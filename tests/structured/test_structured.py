@@ -72,6 +72,84 @@ def test_an_array_of_enum_values_that_cannot_be_filled_is_refused():
         plan.plan(spec({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True, "minItems": 3}), True)
 
 
+def labelled(seed: int, bounds: dict) -> dict:
+    """An array of objects, each a label from an enum and a short free note, with the enum and
+    the item's properties listed in the order ``seed`` draws."""
+    rng = random.Random(seed)
+    props = [("label", {"enum": rng.sample(LABELS, len(LABELS))}), ("why", {"type": "string", "maxLength": 2}), ("sure", {"type": "boolean"})]
+    rng.shuffle(props)
+    item = {"type": "object", "properties": dict(props), "required": ["label", "why", "sure"], "additionalProperties": False}
+    return {"type": "object", "properties": {"rows": {"type": "array", "items": item, **bounds}}, "required": ["rows"]}
+
+
+def test_an_enum_inside_the_objects_of_an_array_is_a_pick():
+    """Each item planned as an object is: its keys text, its enum and boolean scored, its string free."""
+    [rows] = [s for s in plan.plan(spec(labelled(0, {})), True).steps if isinstance(s, plan.Objects)]
+    assert rows.item[0] == plan.Text('{"label":')  # keys sorted: the opening is the same whatever the order
+    picks = {s.path: s.values for s in rows.item if isinstance(s, plan.Pick)}
+    assert picks == {"schema.properties.rows.items.properties.label": tuple(json.dumps(v) for v in sorted(LABELS)),
+                     "schema.properties.rows.items.properties.sure": ("false", "true")}
+    assert [type(s) for s in rows.item].count(plan.Free) == 1
+
+
+@pytest.mark.parametrize("bounds", [{}, {"minItems": 1}, {"minItems": 2, "maxItems": 3}, {"minItems": 2, "maxItems": 2}],
+                         ids=["open", "one-or-more", "two-to-three", "two"])
+def test_an_array_of_objects_is_decided_by_scoring_in_any_order(lm, bounds):
+    """At each place the end or the next item is scored, and each item's enum: valid, and the
+    same bytes whatever order the enum and the item's properties are listed in."""
+    answers = [lm.generate_structured(PROMPT, spec(labelled(seed, bounds)), max_new_tokens=160, show=True) for seed in range(3)]
+    assert answers[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(answers[0].text), labelled(0, bounds))
+    assert all(a.text == answers[0].text and a.token_ids == answers[0].token_ids for a in answers)
+
+
+def test_arrays_of_objects_nest(lm):
+    """An item that holds an array of objects: the inner places decided as the outer are."""
+    def schema(seed: int) -> dict:
+        inner = {"type": "object", "properties": {"tag": {"enum": random.Random(seed).sample(LABELS, 4)}}, "required": ["tag"]}
+        outer = {"type": "object", "properties": {"parts": {"type": "array", "items": inner, "minItems": 1, "maxItems": 2}}, "required": ["parts"]}
+        return {"type": "array", "items": outer, "minItems": 2, "maxItems": 2}
+
+    [rows] = plan.plan(spec(schema(0)), True).steps
+    assert any(isinstance(s, plan.Objects) for s in rows.item)
+    answers = [lm.generate_structured(PROMPT, spec(schema(seed)), max_new_tokens=96) for seed in range(3)]
+    assert answers[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(answers[0].text), schema(0))
+    assert all(a.token_ids == answers[0].token_ids for a in answers)
+
+
+def test_a_pydantic_list_of_objects_parses():
+    class Row(BaseModel):
+        label: Literal["yes", "no"]
+        n: int
+
+    class Table(BaseModel):
+        rows: list[Row]
+
+    [rows] = [s for s in plan.plan(spec(Table), True).steps if isinstance(s, plan.Objects)]  # items a $ref into $defs
+    assert plan.Pick(('"no"', '"yes"'), "schema.properties.rows.items.properties.label") in rows.item
+
+
+def test_an_array_of_objects_cut_by_the_tokens_is_the_whole_answer_cut(lm):
+    schema = labelled(0, {"minItems": 2, "maxItems": 2})
+    whole = lm.generate_structured(PROMPT, spec(schema), max_new_tokens=160)
+    assert whole.finish_reason == "stop"
+    for budget in (1, 12, len(whole.token_ids) - 1):
+        cut = lm.generate_structured(PROMPT, spec(schema), max_new_tokens=budget)
+        assert cut.finish_reason == "length" and cut.token_ids == whole.token_ids[:budget]
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"type": "array", "items": {"type": "object", "properties": {"a": {"enum": [1, 2]}}}, "uniqueItems": True}, "schema.uniqueItems: not supported"),
+    ({"type": "object", "properties": {"t": {"type": "array", "items": {"type": "object", "properties": {}}, "minItems": 3, "maxItems": 2}}},
+     "schema.properties.t: no array satisfies it"),
+])
+def test_an_array_of_objects_it_cannot_write_is_refused(bad, words):
+    with pytest.raises(SchemaError) as e:
+        plan.plan(spec(bad), True)
+    assert str(e.value).startswith(words)
+
+
 def test_the_schema_shown_reads_the_same_in_any_order(lm):
     """The schema before the prompt: its enum a set, its keys sorted; the model reads the same tokens."""
     from setllm.core.text.prompt import as_prompt

@@ -1,7 +1,8 @@
 """A :class:`setllm.structured.plan.Plan` run on a reader: each step's text after the prompt
 and the steps before it. A :class:`Pick` scores its values through the reader's one scoring
 driver (:meth:`setllm.reader.Reader.score_encoded`), each after the same text, and writes the
-best (:func:`setllm.policy.pick`: equal scores go by text); a :class:`Free` piece decodes on
+best (:func:`setllm.policy.pick`: equal scores go by text), as do an array's places
+(:class:`Items`, :class:`Objects`: the end against what may come next); a :class:`Free` piece decodes on
 the project's loop (:func:`setllm.core.forward.generation.generate_tokens`) with a grammar's guide
 masking the logits. A piece's prefix is the prompt and the answer so far read as one prompt,
 whose answer text is plain text after the prompt's sets.
@@ -10,6 +11,7 @@ whose answer text is plain text after the prompt's sets.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -22,7 +24,7 @@ from ..core.tokens.batch import collate
 from ..core.tokens.encoding import EncodedPrompt
 from ..policy import pick
 from .engine import Guide
-from .plan import JSON_SEPARATORS, Free, Items, Pick, Plan, Text, plan
+from .plan import JSON_SEPARATORS, Free, Items, Objects, Pick, Plan, Step, Text, plan
 from .shown import with_shown
 from .spec import AnswerError, Spec
 
@@ -61,7 +63,7 @@ def run(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig, on_
     pieces join to the answer's text)."""
     ids: list[int] = []
     finish = "stop"
-    for piece, complete in _pieces(reader, prompt, plan, config, ids):
+    for piece, complete in _pieces(reader, prompt, plan.steps, config, ids):
         if on_piece is not None and piece:
             on_piece(piece)
         if not complete:
@@ -70,9 +72,10 @@ def run(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig, on_
     return Answer(reader.tokenizer.decode(ids, skip_special_tokens=True), ids, finish, len(prompt))
 
 
-def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig, ids: list[int]) -> Iterator[tuple[str, bool]]:
-    """Each step's text and whether it was completed; ``ids`` grows with each."""
-    for step in plan.steps:
+def _pieces(reader, prompt: EncodedPrompt, steps: tuple[Step, ...], config: GenerationConfig, ids: list[int]) -> Iterator[tuple[str, bool]]:
+    """Each step's text and whether it was completed, up to the first that was not; ``ids``
+    grows with each."""
+    for step in _expanded(reader, prompt, steps, ids):
         left = config.max_new_tokens - len(ids)
         if isinstance(step, Text):
             new, complete = text_ids(reader, step.text), True
@@ -88,6 +91,33 @@ def _pieces(reader, prompt: EncodedPrompt, plan: Plan, config: GenerationConfig,
         yield reader.tokenizer.decode(new, skip_special_tokens=True), complete
         if not complete:
             return
+
+
+def _expanded(reader, prompt: EncodedPrompt, steps: tuple[Step, ...], ids: list[int]) -> Iterator[Step]:
+    """``steps``, each :class:`Objects` as the steps it decides. Lazily: a decision is made
+    when the step before it is written (``ids`` grows in between), and none after a step the
+    tokens cut."""
+    for step in steps:
+        if isinstance(step, Objects):
+            yield from _objects(reader, prompt, step, ids)
+        else:
+            yield step
+
+
+def _objects(reader, prompt: EncodedPrompt, step: Objects, ids: list[int]) -> Iterator[Step]:
+    """An array of objects decided place by place (:class:`Objects`): each place a :class:`Pick`
+    of the end and the next item's opening, then the item's other steps."""
+    yield Text("[")
+    for written in itertools.count():
+        room = step.max_items is None or written < step.max_items
+        ends = ["]"] if written >= step.min_items or not room else []
+        more = [(JSON_SEPARATORS[0] if written else "") + step.item[0].text] if room else []
+        options = tuple(sorted(ends + more))
+        best = options[0] if len(options) == 1 else _pick(reader, prefix(prompt, ids), Pick(options, step.path))
+        yield Text(best)
+        if best == "]":
+            return
+        yield from _expanded(reader, prompt, step.item[1:], ids)
 
 
 def text_ids(reader, text: str) -> list[int]:

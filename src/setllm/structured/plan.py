@@ -1,7 +1,8 @@
 """What a structured answer is made of, decided from its constraint once: a :class:`Plan` of
 steps, each text written as is (:class:`Text`), a finite set of values decided by scoring
 (:class:`Pick`), an array of such values decided item by item, its end included, by scoring
-(:class:`Items`), or a piece generated under a grammar (:class:`Free`).
+(:class:`Items`), an array of objects whose every item is written by the steps of one object
+(:class:`Objects`), or a piece generated under a grammar (:class:`Free`).
 
 Why a plan and not one grammar for the whole answer: wherever a schema allows a finite set of
 values (``enum``, ``const``, a boolean, a ``Literal``, a ``choice`` list) the value must not
@@ -10,7 +11,9 @@ Such a place is a :class:`Pick`: every allowed value is scored as the continuati
 alone after the same text (the scoring driver gives each the same bits whatever else it scores),
 so the best cannot depend on the order the schema lists them in. An object's keys are known
 text; under exact mode they are written sorted, so the properties' order cannot change a byte
-either. What is left (strings, numbers, arrays, anything a grammar must decide) is a
+either. An array of such objects is decided the same way: at each place the end and the
+next item's opening are scored, so an enum inside an item is a :class:`Pick` too. What is left
+(strings, numbers, other arrays, anything a grammar must decide) is a
 :class:`Free` piece whose grammar ends with the text written after it, so the model itself ends
 a number or a string where the schema lets it.
 
@@ -77,8 +80,22 @@ class Free:
     path: str
 
 
-Step = Union[Text, Pick, Items, Free]
-# What an array of finite items may carry and still be written by Items (the rest: a grammar's).
+@dataclass(frozen=True)
+class Objects:
+    """An array of objects, written ``[`` first: at each place the end (``]``, where
+    ``min_items`` allow it) and the next item's opening (``item[0]``, the ``{`` and its first key,
+    after ``,`` past the first) are scored as the continuation, as :class:`Items` scores its
+    places; where the opening wins, the item's other steps write the rest of it. Until the end
+    wins or ``max_items`` are written (None: until the tokens run out)."""
+
+    item: tuple[Step, ...]  # an object's steps: a Text first, then its values' steps
+    path: str
+    min_items: int = 0
+    max_items: int | None = None
+
+
+Step = Union[Text, Pick, Items, Objects, Free]
+# What an array may carry and still be written by Items or Objects (the rest: a grammar's).
 _ITEMS_KEYS = {"type", "items", "minItems", "maxItems", "uniqueItems", "description", "title"}
 
 
@@ -110,8 +127,7 @@ def _walk(schema: Any, root: dict, path: str, depth: int, stack: tuple[str, ...]
     """The steps that write one value of ``schema``; ``stack``: the $refs being expanded."""
     if depth > MAX_DEPTH:
         raise SchemaError(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    ref = schema.get("$ref") if isinstance(schema, dict) else None
-    if ref is not None and ref not in stack and set(schema) <= {"$ref", "description", "title"}:
+    if (ref := _only_ref(schema, stack)) is not None:
         yield from _walk(_resolve(root, ref, path), root, path, depth + 1, (*stack, ref), exact)
         return
     values = finite(schema, root, path, stack)
@@ -119,6 +135,8 @@ def _walk(schema: Any, root: dict, path: str, depth: int, stack: tuple[str, ...]
         yield Text(values[0]) if len(values) == 1 else Pick(values, path)
     elif (items := _finite_items(schema, root, path, stack)) is not None:
         yield items
+    elif (objects := _object_items(schema, root, path, depth, stack, exact)) is not None:
+        yield objects
     elif _walkable(schema):
         yield from _object(schema, root, path, depth, stack, exact)
     else:
@@ -132,12 +150,45 @@ def _finite_items(schema: Any, root: dict, path: str, stack: tuple[str, ...]) ->
     values = finite(schema.get("items"), root, f"{path}.items", stack) if isinstance(schema.get("items"), dict) else None
     if values is None:
         return None
-    lo, hi, unique = schema.get("minItems", 0), schema.get("maxItems"), schema.get("uniqueItems") is True
-    if unique:
-        hi = len(values) if hi is None else min(hi, len(values))
+    unique = schema.get("uniqueItems") is True
+    return Items(values, path, *_bounds(schema, path, len(values) if unique else None), unique)
+
+
+def _object_items(schema: Any, root: dict, path: str, depth: int, stack: tuple[str, ...], exact: bool) -> Objects | None:
+    """An array of objects whose keys are known, as :class:`Objects`: each item planned as an
+    object is (keys as text, finite values picked, the rest free)."""
+    if not isinstance(schema, dict) or schema.get("type") != "array" or not set(schema) <= _ITEMS_KEYS:
+        return None
+    item, item_stack = _through_refs(schema.get("items"), root, f"{path}.items", stack)
+    if not _walkable(item):
+        return None
+    if schema.get("uniqueItems") is True:  # an item's free strings are written before any could be compared
+        raise SchemaError(f"{path}.uniqueItems: not supported over objects (only over an enum's, a const's or booleans' values)")
+    steps = _merge(list(_object(item, root, f"{path}.items", depth + 1, item_stack, exact)))
+    return Objects(tuple(steps), path, *_bounds(schema, path))
+
+
+def _only_ref(schema: Any, stack: tuple[str, ...]) -> str | None:
+    """The $ref that is all ``schema`` says (but for its description), where it is not being expanded already."""
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    return ref if ref is not None and ref not in stack and set(schema) <= {"$ref", "description", "title"} else None
+
+
+def _through_refs(schema: Any, root: dict, path: str, stack: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+    """``schema`` past the $refs that are all it says, and the $refs followed."""
+    while (ref := _only_ref(schema, stack)) is not None:
+        schema, stack = _resolve(root, ref, path), (*stack, ref)
+    return schema, stack
+
+
+def _bounds(schema: dict, path: str, most: int | None = None) -> tuple[int, int | None]:
+    """An array's minItems and maxItems (at most ``most``: as many as there are values to write)."""
+    lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+    if most is not None:
+        hi = most if hi is None else min(hi, most)
     if hi is not None and lo > hi:
         raise SchemaError(f"{path}: no array satisfies it (minItems {lo} is more than it can hold)")
-    return Items(values, path, lo, hi, unique)
+    return lo, hi
 
 
 def _walkable(schema: Any) -> bool:
@@ -278,4 +329,4 @@ def _free_grammar(step: _Open, after: str) -> str:
     return grammar
 
 
-__all__ = ["Free", "Items", "Pick", "Plan", "Step", "Text", "at", "finite", "plan"]
+__all__ = ["Free", "Items", "Objects", "Pick", "Plan", "Step", "Text", "at", "finite", "plan"]
