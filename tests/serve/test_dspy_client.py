@@ -9,6 +9,7 @@ server. Without that, DSPy's JSONAdapter sends no ``response_format`` at all."""
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import pytest
@@ -17,6 +18,7 @@ from tiny import tiny_model, tiny_tokenizer
 
 from setllm import SetLLM
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM's model catalogue from its wheel, not fetched at import
 dspy = pytest.importorskip("dspy")
 pytest.importorskip("llguidance")
 LABELS = ("positive", "negative", "neutral")
@@ -36,12 +38,11 @@ def url():
 
 
 @pytest.fixture
-def setllm_lm(url, monkeypatch):
+def setllm_lm(url):
     """A dspy.LM on the server, its provider declared as honouring a JSON schema."""
     pytest.importorskip("dspy.lm15", reason="a DSPy that declares providers (3.4 and later)")
     from dspy.lm15 import AccessPolicy, ModelSupport, OpenAIChatCompat, ProviderDefinition, register_provider, unregister_provider
 
-    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # DSPy's model catalogue from its wheel, not fetched
     definition = ProviderDefinition.chat(AccessPolicy(provider=PROVIDER, base_url=f"{url}/v1"), compat=OpenAIChatCompat.preset("vllm"),
                                          placeholder_key="unused")
     register_provider(definition, supports=ModelSupport(response_schema=True), replace=True)

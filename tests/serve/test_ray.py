@@ -230,6 +230,19 @@ def test_structured_outputs_and_tools_through_the_replicas_are_the_single_server
     assert ("".join(p.name or "" for p in pieces), "".join(p.arguments or "" for p in pieces)) == (call["name"], call["arguments"])
 
 
+def test_langchain_and_openai_agents_through_the_replicas(ray_server):
+    """The client paths of test_structured_clients.py, through `--replicas 2`: LangChain's
+    ``with_structured_output`` (json_schema and function calling) and ``bind_tools``, and
+    openai-agents' ``output_type`` (run and streamed) and function tool, on chat and Responses."""
+    pytest.importorskip("llguidance")
+    from test_structured_clients import langchain_structured_output, langchain_tools, openai_agents_run
+
+    _, url = ray_server
+    langchain_structured_output(url, KEY)
+    langchain_tools(url, KEY)
+    openai_agents_run(url, KEY)
+
+
 LONG = 500  # tokens: about 1.5 s a generation alone on this CPU, so N_LEFT of them hold both replicas for many seconds
 N_LEFT = 24  # long requests whose clients leave (half streamed), four at a time across the replicas
 LEFT_BY_S = 1.5  # every one of those clients has closed its socket by then

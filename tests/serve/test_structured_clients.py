@@ -90,8 +90,13 @@ def test_bad_structure_is_a_400_naming_it(url, body, words):
 
 
 def test_langchain_with_structured_output(url):
+    langchain_structured_output(url)
+
+
+def langchain_structured_output(url: str, key: str = "unused") -> None:
+    """LangChain's ``with_structured_output`` (json_schema) gives one of the labels (also run through ``--replicas``, test_ray.py)."""
     langchain = pytest.importorskip("langchain_openai")
-    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model="setllm", temperature=0, max_tokens=64, max_retries=0)
+    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key=key, model="setllm", temperature=0, max_tokens=64, max_retries=0)
     out = chat.with_structured_output(verdict(LABELS), method="json_schema").invoke("The soup was cold. Sentiment?")
     assert out.label in LABELS
 
@@ -143,8 +148,13 @@ def test_bad_tools_are_a_400_naming_them(url, body, words):
 
 
 def test_langchain_bind_tools_and_function_calling(url):
+    langchain_tools(url)
+
+
+def langchain_tools(url: str, key: str = "unused") -> None:
+    """LangChain's ``bind_tools`` with a named tool, and ``with_structured_output`` by function calling."""
     langchain = pytest.importorskip("langchain_openai")
-    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model="setllm", temperature=0, max_tokens=96, max_retries=0)
+    chat = langchain.ChatOpenAI(base_url=f"{url}/v1", api_key=key, model="setllm", temperature=0, max_tokens=96, max_retries=0)
     said = chat.bind_tools([WEATHER, ADD], tool_choice="add").invoke("Add 2 and 3.")
     assert said.tool_calls[0]["name"] == "add" and set(said.tool_calls[0]["args"]) == {"a", "b"}
     out = chat.with_structured_output(verdict(LABELS), method="function_calling").invoke("The soup was cold. Sentiment?")
@@ -152,6 +162,10 @@ def test_langchain_bind_tools_and_function_calling(url):
 
 
 def test_openai_agents_output_type_and_a_function_tool(url):
+    openai_agents_run(url)
+
+
+def openai_agents_run(url: str, key: str = "unused") -> None:
     """An Agent with a pydantic ``output_type`` (run and streamed), and one with a function tool it
     must call once (``tool_choice="required"``, reset to auto after the call, the Agent's default)
     on chat completions and on the Responses API."""
@@ -159,7 +173,7 @@ def test_openai_agents_output_type_and_a_function_tool(url):
 
     agents = pytest.importorskip("agents")
     agents.set_tracing_disabled(True)
-    model = agents.OpenAIChatCompletionsModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0))
+    model = agents.OpenAIChatCompletionsModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
     settings = agents.ModelSettings(temperature=0, max_tokens=96)
     judged = agents.Agent(name="judge", instructions="Judge the sentiment.", model=model, model_settings=settings, output_type=verdict(LABELS))
     seen = []
@@ -172,7 +186,7 @@ def test_openai_agents_output_type_and_a_function_tool(url):
 
     helper_settings = agents.ModelSettings(temperature=0, max_tokens=64, tool_choice="required")
     helper = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=model, tools=[get_weather], model_settings=helper_settings)
-    responses = agents.OpenAIResponsesModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0))
+    responses = agents.OpenAIResponsesModel("setllm", openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
     helper_r = agents.Agent(name="helper", instructions="Answer with the tool's help.", model=responses, tools=[get_weather],
                             model_settings=helper_settings)
 
