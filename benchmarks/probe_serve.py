@@ -208,6 +208,9 @@ async def under_probe(client: httpx.AsyncClient, url: str, probe: Probe) -> Prob
     return run
 
 
+RSS_EVERY_S = 30.0  # the soak's RSS samples
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of the server and every process it started (a fleet's Ray workers)."""
     proc = psutil.Process(pid)
@@ -269,6 +272,12 @@ async def hostile_soak(url: str, pid: int, seconds: float, clients: int, fractio
     probes: Counter = Counter()
     missed: list[str] = []
     rss_start, deadline = tree_rss(pid), time.monotonic() + seconds
+    rss_seen = [rss_start]  # every RSS_EVERY_S: growth that levels off is start-up, growth that goes on a leak
+
+    async def sample_rss():
+        while time.monotonic() + RSS_EVERY_S < deadline:
+            await asyncio.sleep(RSS_EVERY_S)
+            rss_seen.append(tree_rss(pid))
 
     async def one(client: httpx.AsyncClient, rng: random.Random) -> None:
         if rng.random() < fraction:
@@ -295,7 +304,7 @@ async def hostile_soak(url: str, pid: int, seconds: float, clients: int, fractio
                 except (httpx.HTTPError, OSError) as e:
                     outcomes.append(Outcome("transport", 599, 0.0, differs=f"{type(e).__name__}: {e}"))
 
-    await asyncio.gather(*(client_loop(k) for k in range(clients)))
+    await asyncio.gather(sample_rss(), *(client_loop(k) for k in range(clients)))
     rss_end = tree_rss(pid)
     statuses = Counter(o.status for o in outcomes)
     fivexx = sum(n for s, n in statuses.items() if s >= 500) + sum(n for (_, s), n in probes.items() if s[:1] == "5")
@@ -307,6 +316,7 @@ async def hostile_soak(url: str, pid: int, seconds: float, clients: int, fractio
     print(f"5xx: {fivexx}; answers checked: {sum(o.checked for o in outcomes)}, changed: {len(changed)}; probes not held: {len(missed)}")
     print(f"server RSS (process tree): {rss_start / 2**20:.1f} MB at the start, {rss_end / 2**20:.1f} MB at the end "
           f"({100 * (rss_end - rss_start) / rss_start:+.2f}%)")
+    print(f"server RSS every {RSS_EVERY_S:g} s (MB): {', '.join(f'{r / 2**20:.0f}' for r in [*rss_seen, rss_end])}")
     for line in (changed + missed)[:5]:
         print(f"  {line}")
 
