@@ -1,8 +1,9 @@
 """A body past the bound, over a raw loopback socket: its 413 reaches the client whole every
 time (the server half-closes and drops what still arrives, instead of closing with the body
-unread, which resets the connection and can drop the answer), and the connection is then
-closed: by the client, or by the server at its time or byte bound, or at once when it stops.
-Connections closed with their request read whole close at once, as before."""
+unread, which resets the connection and can drop the answer), as does the 400 for a request
+h11 cannot parse; the connection is then closed: by the client, or by the server at its time
+or byte bound, or at once when it stops. Connections closed with their request read whole
+close at once, as before."""
 
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ def test_every_413_for_a_body_past_the_bound_reaches_its_client_whole(served, fr
             failures.append(f"{cut}, 413 {'whole' if whole else 'lost'}")
     assert not failures, f"{len(failures)} of {TRIES} answers lost: {failures}"
     _wait_until_closed(srv, within=5)  # each client closed after its answer: so did the server
+
+
+def test_a_request_h11_cannot_parse_gets_its_400_whole(served):
+    srv, address = served
+    with socket.create_connection(address, timeout=10) as sock:
+        answer, cut = _send_then_read(sock, b"POST /v1/choose HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n" + _body("content-length"))
+    assert cut is None and answer.startswith(b"HTTP/1.1 400 ") and answer.endswith(b"Invalid HTTP request received.")
+    _wait_until_closed(srv, within=5)
 
 
 def test_a_client_that_stays_is_closed_at_the_time_bound(served, monkeypatch):
