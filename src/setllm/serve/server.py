@@ -11,12 +11,14 @@ closes; no request is cut off without an answer.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -33,16 +35,25 @@ if TYPE_CHECKING:  # the app holds it: a fleet's launcher opens its socket here 
 ABORT_GRACE_S = 3.0  # after a forced stop: time for the running step to end and its 503 to go out
 MAX_CONNECTIONS = 256  # uvicorn's limit_concurrency: connections and requests at once, past it a 503
 HEADER_TIMEOUT_S = 10.0  # a connection that has not sent a whole request head by then is closed
+# A lingering close (nginx's, Apache's): after an answer sent before the request was read whole
+# (a 413), the server half-closes and drops what still arrives, since a close with bytes unread
+# makes the kernel reset the connection, and the client then sees the reset, not the answer.
+LINGER_S = 2.0  # time for a client still writing its body to stop and read the answer; one slower is closed as before
+LINGER_BYTES = 64 << 20  # at most this much dropped per connection: a client writing on and on costs the server only so much reading
 
 
 class HeaderTimeoutH11(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head does not arrive within
     :data:`HEADER_TIMEOUT_S` (uvicorn times out idle keep-alive connections, but not one that
-    sends half a request and waits: forty of them would hold forty sockets forever). A body
-    too slow is the app's to refuse (:mod:`.guard`)."""
+    sends half a request and waits: forty of them would hold forty sockets forever), and
+    closing one whose request it answered unread with a lingering close (:data:`LINGER_S`). A
+    body too slow is the app's to refuse (:mod:`.guard`)."""
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        self._socket = transport
+        self._linger: asyncio.TimerHandle | None = None
+        self._linger_left = 0
+        super().connection_made(_LingeringTransport(transport, self))  # uvicorn and its request cycles close through it
         self._head_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._head_late)
 
     def handle_events(self) -> None:
@@ -51,15 +62,77 @@ class HeaderTimeoutH11(H11Protocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def data_received(self, data: bytes) -> None:
+        if self._linger is None:
+            super().data_received(data)
+            return
+        self._linger_left -= len(data)  # dropped unparsed: the request was answered
+        if self._linger_left <= 0:
+            self._socket.close()
+
     def connection_lost(self, exc) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
+        for timer in (self._head_timer, self._linger):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        if self._linger is not None:  # its answer is out: a stopping server does not wait for the client
+            self._socket.close()
+            return
+        super().shutdown()
+
+    @property
+    def lingering(self) -> bool:
+        return self._linger is not None
+
+    def close_connection(self) -> None:
+        """uvicorn's every close: a lingering one while the client may still be sending its
+        request (its body unread, or a request h11 could not parse), at once otherwise."""
+        sock = self._socket
+        if self._linger is not None or sock.is_closing():
+            return
+        if self.conn.their_state in (h11.SEND_BODY, h11.ERROR) and self._half_close():
+            self._linger_left = LINGER_BYTES
+            self._linger = self.loop.call_later(LINGER_S, sock.close)  # the client's FIN closes it sooner (eof_received)
+        else:
+            sock.close()
+
+    def _half_close(self) -> bool:
+        """The answer, then a FIN, and reading on: the client reads the answer whole whatever
+        it still sends. False where the transport cannot (TLS) or the client is gone."""
+        sock = self._socket
+        if not sock.can_write_eof():
+            return False
+        try:
+            sock.write_eof()
+        except OSError:  # the client's reset came between the answer and this (one that left once it read the status line)
+            return False
+        sock.resume_reading()  # uvicorn pauses reading while a body waits for the app; nothing waits now
+        return True
 
     def _head_late(self) -> None:
         self._head_timer = None
         if self.cycle is None and not self.transport.is_closing():
             self.transport.close()
+
+
+class _LingeringTransport:
+    """A connection's transport as uvicorn sees it: closing is :meth:`HeaderTimeoutH11.close_connection`,
+    and a lingering connection is closing (nothing more is written to it, nor parsed)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: HeaderTimeoutH11):
+        self._transport = transport
+        self._protocol = protocol
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        self._protocol.close_connection()
+
+    def is_closing(self) -> bool:
+        return self._protocol.lingering or self._transport.is_closing()
 
 
 def open_socket(host: str, port: int) -> socket.socket:
