@@ -101,12 +101,20 @@ def decode_cost(repeat: int) -> None:
     lm = setllm.SetLLM.from_pretrained()
     prompt, n = "List twenty animals, one per line:\n", 48
     config = setllm.GenerationConfig(max_new_tokens=n, stop=[])
-    [(_, free_ids)] = lm.generate_encoded([lm.encode(prompt)], config)
-    free = median_ms(lambda: lm.generate_encoded([lm.encode(prompt)], config), repeat) / len(free_ids)
     shape = spec(regex="[a-z\n]{48,}")  # an answer that runs to the budget, as the free one does
-    ids = len(lm.generate_structured(prompt, shape, config, show=False).token_ids)
-    guided = median_ms(lambda: lm.generate_structured(prompt, shape, config, show=False), repeat) / ids
-    print(f"decode: free {free:.1f} ms/token over {len(free_ids)} tokens, under a regex {guided:.1f} ms/token over {ids} ({guided / free:.2f}x)")
+    runs = {"free": lambda: lm.generate_encoded([lm.encode(prompt)], config)[0][1],
+            "guided": lambda: lm.generate_structured(prompt, shape, config, show=False).token_ids}
+    tokens = {name: len(run()) for name, run in runs.items()}  # also the warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeat):  # side by side, in turns: a machine's drift reaches both alike
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    free, guided = (1000 * statistics.median(seconds[k]) / tokens[k] for k in runs)
+    pairs = statistics.median(g / f for g, f in zip(seconds["guided"], seconds["free"]))
+    print(f"decode: free {free:.1f} ms/token over {tokens['free']} tokens, under a regex {guided:.1f} ms/token over {tokens['guided']} "
+          f"({guided / free:.2f}x; median of the {repeat} runs' own ratios {pairs:.2f}x)")
     schema = {"type": "object", "properties": {"label": {"enum": ["positive", "negative", "neutral"]}, "stars": {"type": "integer",
               "minimum": 1, "maximum": 5}}, "required": ["label", "stars"]}
     start = time.perf_counter()
