@@ -9,6 +9,7 @@ server. Without that, DSPy's JSONAdapter sends no ``response_format`` at all."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Literal
 
@@ -37,27 +38,34 @@ def url():
         yield url
 
 
-@pytest.fixture
-def setllm_lm(url):
-    """A dspy.LM on the server, its provider declared as honouring a JSON schema."""
+@contextlib.contextmanager
+def declared(url: str, key: str = "unused"):
+    """A dspy.LM on the server at ``url``, its provider declared as honouring a JSON schema."""
     pytest.importorskip("dspy.lm15", reason="a DSPy that declares providers (3.4 and later)")
     from dspy.lm15 import AccessPolicy, ModelSupport, OpenAIChatCompat, ProviderDefinition, register_provider, unregister_provider
 
     definition = ProviderDefinition.chat(AccessPolicy(provider=PROVIDER, base_url=f"{url}/v1"), compat=OpenAIChatCompat.preset("vllm"),
-                                         placeholder_key="unused")
+                                         placeholder_key=key)
     register_provider(definition, supports=ModelSupport(response_schema=True), replace=True)
     try:
-        yield dspy.LM(f"{PROVIDER}/setllm", temperature=0, max_tokens=64, cache=False, num_retries=0)
+        yield dspy.LM(f"{PROVIDER}/setllm", api_key=key, temperature=0, max_tokens=64, cache=False, num_retries=0)
     finally:
         unregister_provider(PROVIDER)
 
 
-def test_a_literal_output_field_is_answered_through_the_structured_route(setllm_lm):
-    assert setllm_lm.supports_response_schema and "response_format" in setllm_lm.supported_params
-    answers = []
-    for labels in (LABELS, LABELS[::-1]):
-        with dspy.context(lm=setllm_lm, adapter=dspy.JSONAdapter()):
-            answers.append(dspy.Predict(sentiment(labels))(review="The soup was cold.").label)
-        sent = setllm_lm.history[-1]["kwargs"]["response_format"]  # a pydantic model: on the wire, its json_schema
-        assert set(sent.model_json_schema()["properties"]["label"]["enum"]) == set(LABELS)
+def literal_answers(url: str, key: str = "unused") -> None:
+    """A ``Literal`` output field, listed in two orders, is answered through the structured route
+    (also run through ``--replicas``, test_ray.py)."""
+    with declared(url, key) as lm:
+        assert lm.supports_response_schema and "response_format" in lm.supported_params
+        answers = []
+        for labels in (LABELS, LABELS[::-1]):
+            with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+                answers.append(dspy.Predict(sentiment(labels))(review="The soup was cold.").label)
+            sent = lm.history[-1]["kwargs"]["response_format"]  # a pydantic model: on the wire, its json_schema
+            assert set(sent.model_json_schema()["properties"]["label"]["enum"]) == set(LABELS)
     assert answers[0] in LABELS and answers[0] == answers[1]  # a random model's free text would not parse as a label
+
+
+def test_a_literal_output_field_is_answered_through_the_structured_route(url):
+    literal_answers(url)

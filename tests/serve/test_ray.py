@@ -230,10 +230,11 @@ def test_structured_outputs_and_tools_through_the_replicas_are_the_single_server
     assert ("".join(p.name or "" for p in pieces), "".join(p.arguments or "" for p in pieces)) == (call["name"], call["arguments"])
 
 
-def test_langchain_and_openai_agents_through_the_replicas(ray_server):
-    """The client paths of test_structured_clients.py, through `--replicas 2`: LangChain's
-    ``with_structured_output`` (json_schema and function calling) and ``bind_tools``, and
-    openai-agents' ``output_type`` (run and streamed) and function tool, on chat and Responses."""
+def test_langchain_openai_agents_and_dspy_through_the_replicas(ray_server):
+    """The client paths of test_structured_clients.py and test_dspy_client.py, through
+    `--replicas 2`: LangChain's ``with_structured_output`` (json_schema and function calling) and
+    ``bind_tools``, openai-agents' ``output_type`` (run and streamed) and function tool, on chat
+    and Responses, and a DSPy ``Literal`` output field."""
     pytest.importorskip("llguidance")
     from test_structured_clients import langchain_structured_output, langchain_tools, openai_agents_run
 
@@ -241,6 +242,9 @@ def test_langchain_and_openai_agents_through_the_replicas(ray_server):
     langchain_structured_output(url, KEY)
     langchain_tools(url, KEY)
     openai_agents_run(url, KEY)
+    from test_dspy_client import literal_answers  # last: it skips where dspy is not installed
+
+    literal_answers(url, KEY)
 
 
 LONG = 500  # tokens: about 1.5 s a generation alone on this CPU, so N_LEFT of them hold both replicas for many seconds
