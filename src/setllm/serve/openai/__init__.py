@@ -13,5 +13,5 @@ from .completion.api_router import router as completion_router
 from .models import router as models_router
 from .responses.api_router import router as responses_router
 
-ROUTERS = (completion_router, chat_completion_router, responses_router, models_router)
+ROUTERS = (completion_router, chat_completion_router, models_router, responses_router)  # the order a 404 lists them in (docs/serving.md shows it)
 PATHS = frozenset(r.path for router in ROUTERS for r in router.routes)
