@@ -1,11 +1,12 @@
 """What every OpenAI route does the same way: name the fields it ignored, refuse the values it
 cannot honour, read the sampling fields as a :class:`GenerationConfig`, pick how it generates
-(plain, or under a structured-output constraint), count the usage, and stream (server-sent
-events, :mod:`..streaming`) with one ``id`` for every chunk.
+(plain, or under a structured-output constraint; on the chat routes with the tools offered),
+count the usage, and stream (server-sent events, :mod:`..streaming`) with one ``id`` for every chunk.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import urllib.parse
 import uuid
@@ -18,7 +19,7 @@ from ...core.forward.values import GenerationConfig
 from ...errors import SetLLMWarning
 from ..errors import BadRequest, meant, printable
 from ..streaming import DONE, Chunks, streamed
-from . import structured
+from . import structured, tools
 from .protocol import IGNORED_HEADER, IGNORED_HEADER_BYTES, MAX_UNKNOWN_FIELDS, OpenAIRequest, Usage
 
 
@@ -70,6 +71,19 @@ def generator_for(service, shape):
         return service.generate
     return lambda prompt, config, field, logprobs=None, echo=False, adapter=None, stream=None: structured.answer(
         service, prompt, shape, config, field, adapter, stream)
+
+
+def chat_reading(service, body, messages: list[dict], shape):
+    """A chat route's prompt and how it generates (:func:`generator_for`): the tools the request
+    offers shown before ``messages`` as one set, and then a call decided (or, under ``auto`` and
+    ``none``, the text answer) by :func:`.tools.answer`."""
+    offer = tools.offered(body)
+    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
+    prompt = service.chat([*shown, *tools.as_template(messages)], body.model)
+    generate = generator_for(service, shape)
+    if offer is not None:
+        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
+    return prompt, generate
 
 
 def usage_of(outs) -> Usage:

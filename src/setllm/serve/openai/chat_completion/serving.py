@@ -4,7 +4,6 @@ or as a tool call, in one piece or streamed as ``chat.completion.chunk`` objects
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from typing import Any
@@ -14,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from ...streaming import Started, sse
 from .. import structured, tools
-from ..serving import OpenAIChunks, config_of, generator_for, name_ignored, refuse_unsupported, stream_jobs, usage_of
+from ..serving import OpenAIChunks, chat_reading, config_of, name_ignored, refuse_unsupported, stream_jobs, usage_of
 from .protocol import CHAT_UNSUPPORTED, AssistantMessage, ChatChoice, ChatRequest, ChatResponse
 
 
@@ -23,14 +22,9 @@ async def create_chat_completion(body: ChatRequest, service, response: Response)
     shape = structured.chat_constraint(body)  # before the ignored fields are named: vLLM's are read
     name_ignored(body, response)
     refuse_unsupported(body, CHAT_UNSUPPORTED)
-    offer = tools.offered(body)
-    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
-    prompt = service.chat([*shown, *tools.as_template([m.as_text(f"messages[{i}]") for i, m in enumerate(body.messages)])], body.model)
+    prompt, generate = chat_reading(service, body, [m.as_text(f"messages[{i}]") for i, m in enumerate(body.messages)], shape)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     config = config_of(body, body.max_completion_tokens or body.max_tokens or service.config.max_generate_tokens)
-    generate = generator_for(service, shape)
-    if offer is not None:  # a call, or (auto, none) the text answer
-        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
         job = lambda sink: generate(prompt, config, field, adapter=body.model, stream=sink)  # noqa: E731
         return await stream_jobs([job], tools.ToolChunks(_ChatChunks(body, service.answered_by(body.model))), response)

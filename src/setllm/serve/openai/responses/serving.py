@@ -5,7 +5,6 @@ events, as OpenAI sends them. No stored state: a request carries its whole conve
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any
 
@@ -16,7 +15,7 @@ from ...errors import BadRequest
 from ...streaming import Started, sse
 from .. import structured, tools
 from ..protocol import UNSUPPORTED, parts_text
-from ..serving import OpenAIChunks, config_of, generator_for, name_ignored, refuse_unsupported, stream_jobs
+from ..serving import OpenAIChunks, chat_reading, config_of, name_ignored, refuse_unsupported, stream_jobs
 from .protocol import TEXT_PARTS, ResponsesRequest, refuse_stored_state
 
 
@@ -26,14 +25,9 @@ async def create_response(body: ResponsesRequest, service, response: Response) -
     refuse_unsupported(body, UNSUPPORTED)
     refuse_stored_state(body)
     shape = structured.responses_constraint(body)
-    offer = tools.offered(body)
-    shown = [tools.shown_message(offer, service.lm.exact)] if offer is not None else []
-    prompt = service.chat([*shown, *tools.as_template(_messages(body))], body.model)
+    prompt, generate = chat_reading(service, body, _messages(body), shape)
     config = config_of(body, body.max_output_tokens or service.config.max_generate_tokens)
     events = tools.ResponseToolEvents(_ResponseEvents(body, service.answered_by(body.model)))
-    generate = generator_for(service, shape)
-    if offer is not None:  # a call, or (auto, none) the text answer
-        generate = functools.partial(tools.answer, service, offer=offer, text=generate)
     if body.stream:
         job = lambda sink: generate(prompt, config, "max_output_tokens", adapter=body.model, stream=sink)  # noqa: E731
         return await stream_jobs([job], events, response)
